@@ -1,0 +1,240 @@
+"""Application assembly: lifespan, the fast dispatcher, and the FastAPI app for everything else.
+
+`GatewayApp` is the ASGI callable uvicorn serves. POSTs to the OpenAI relay routes go straight to
+`Relay.handle` (no framework on the hot path); every other request, and the lifespan, go to a
+FastAPI app that serves health, readiness, metrics, the model list and the OpenAPI document. The
+FastAPI routes for the relay paths delegate to the same handler, so both paths behave the same.
+All state (HTTP session, pools, metrics registry) is built in the lifespan and closed on shutdown;
+nothing is module-global.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from gateway import __version__
+from gateway.config import Policy
+from gateway.errors import (
+    GatewayError,
+    InvalidRequestError,
+    MethodNotAllowedError,
+    NotFoundError,
+    UpstreamUnavailableError,
+)
+from gateway.metrics import Metrics
+from gateway.normalize import Kind
+from gateway.openapi import (
+    RELAY_ERRORS,
+    ChatCompletion,
+    ChatCompletionRequest,
+    Completion,
+    CompletionRequest,
+    EmbeddingList,
+    EmbeddingRequest,
+    ModelCard,
+    ModelList,
+)
+from gateway.relay import Receive, Relay, Scope, Send, request_id_of, send_error
+from gateway.settings import Settings
+from gateway.upstream import PoolClient, new_session
+
+RELAY_PATHS = {
+    "/v1/chat/completions": Kind.CHAT,
+    "/v1/completions": Kind.COMPLETIONS,
+    "/v1/embeddings": Kind.EMBEDDINGS,
+}
+
+
+class _Runtime:
+    """What the lifespan builds; absent until start-up completes."""
+
+    def __init__(self, relay: Relay, metrics: Metrics) -> None:
+        self.relay = relay
+        self.metrics = metrics
+        self.draining = False
+
+
+class _Delegate(Response):
+    """A FastAPI response that hands the raw ASGI exchange to the relay (same code as the fast path)."""
+
+    def __init__(self, app: GatewayApp, kind: Kind) -> None:
+        super().__init__()
+        self._app = app
+        self._kind = kind
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self._app.relay_request(self._kind, scope, receive, send)
+
+
+class GatewayApp:
+    def __init__(self, policy: Policy, settings: Settings) -> None:
+        self.policy = policy
+        self.settings = settings
+        self.runtime: _Runtime | None = None
+        self.started_at = time.time()
+        self.api = self._build_api()
+
+    @asynccontextmanager
+    async def _lifespan(self, _: FastAPI) -> AsyncIterator[None]:
+        metrics = Metrics(self.policy)
+        pools = {p.name: PoolClient.build(p) for p in self.policy.pools}
+        session = new_session(self.settings.upstream_pool_size)
+        self.runtime = _Runtime(
+            Relay(self.policy, pools, session, metrics, self.settings.max_body_bytes), metrics
+        )
+        try:
+            yield
+        finally:
+            self.runtime.draining = True
+            await session.close()
+            # Let aiohttp's transports finish closing before the loop goes away.
+            await asyncio.sleep(0)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            kind = RELAY_PATHS.get(scope["path"])
+            if kind is not None and scope["method"] == "POST":
+                await self.relay_request(kind, scope, receive, send)
+                return
+            send = _with_request_id(send, request_id_of(scope))
+        await self.api(scope, receive, send)
+
+    async def relay_request(self, kind: Kind, scope: Scope, receive: Receive, send: Send) -> None:
+        rt = self.runtime
+        if rt is None or rt.draining:
+            err = UpstreamUnavailableError("the gateway is starting or shutting down")
+            await send_error(send, err, request_id_of(scope))
+            return
+        await rt.relay.handle(kind, scope, receive, send)
+
+    def _build_api(self) -> FastAPI:
+        api = FastAPI(
+            title="llm-gateway",
+            version=__version__,
+            lifespan=self._lifespan,
+            description="OpenAI-compatible gateway over self-hosted model pools.",
+        )
+        api.openapi = lambda: self._openapi(api)  # type: ignore[method-assign]
+        body_models: dict[Kind, Any] = {
+            Kind.CHAT: (ChatCompletionRequest, ChatCompletion),
+            Kind.COMPLETIONS: (CompletionRequest, Completion),
+            Kind.EMBEDDINGS: (EmbeddingRequest, EmbeddingList),
+        }
+        for path, kind in RELAY_PATHS.items():
+            req_model, resp_model = body_models[kind]
+            responses: dict[int | str, dict[str, Any]] = {
+                200: {"model": resp_model, "description": "the pool's answer"},
+                **RELAY_ERRORS,
+            }
+            if kind is not Kind.EMBEDDINGS:
+                responses[200]["content"] = {"text/event-stream": {"schema": {"type": "string"}}}
+
+            api.add_api_route(
+                path,
+                self._delegate_endpoint(kind),
+                methods=["POST"],
+                name=kind.value,
+                summary=f"OpenAI {kind.value} (relayed to the alias's pool)",
+                responses=responses,
+                openapi_extra={
+                    "requestBody": {
+                        "required": True,
+                        "content": {
+                            "application/json": {
+                                "schema": {"$ref": f"#/components/schemas/{req_model.__name__}"}
+                            }
+                        },
+                    }
+                },
+            )
+
+        @api.get("/v1/models", response_model=ModelList)
+        def list_models() -> ModelList:
+            created = int(self.started_at)
+            return ModelList(
+                data=[
+                    ModelCard(id=m.name, created=created, owned_by="llm-gateway") for m in self.policy.models
+                ]
+            )
+
+        @api.get("/healthz", include_in_schema=False)
+        def healthz() -> dict[str, str]:
+            return {"status": "ok"}
+
+        @api.get("/readyz", include_in_schema=False)
+        def readyz() -> JSONResponse:
+            rt = self.runtime
+            if rt is None or rt.draining:
+                return JSONResponse({"status": "not ready"}, status_code=503)
+            return JSONResponse({"status": "ready"})
+
+        @api.get("/metrics", include_in_schema=False)
+        def metrics() -> Response:
+            rt = self.runtime
+            data = generate_latest(rt.metrics.registry) if rt else b""
+            return Response(data, media_type=CONTENT_TYPE_LATEST)
+
+        @api.exception_handler(GatewayError)
+        async def _gateway_error(request: Request, exc: GatewayError) -> JSONResponse:
+            return JSONResponse(exc.payload(), status_code=exc.status, headers=exc.response_headers())
+
+        @api.exception_handler(StarletteHTTPException)
+        async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+            err: GatewayError
+            if exc.status_code == 404:
+                err = NotFoundError(f"no route for {request.method} {request.url.path}")
+            elif exc.status_code == 405:
+                err = MethodNotAllowedError(f"{request.method} is not allowed on {request.url.path}")
+            else:
+                err = InvalidRequestError(str(exc.detail))
+            return JSONResponse(err.payload(), status_code=exc.status_code, headers=err.response_headers())
+
+        @api.exception_handler(RequestValidationError)
+        async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+            err = InvalidRequestError(f"invalid request: {exc.errors()[:1]}")
+            return JSONResponse(err.payload(), status_code=400)
+
+        return api
+
+    def _delegate_endpoint(self, kind: Kind) -> Any:
+        def endpoint(request: Request) -> Response:
+            return _Delegate(self, kind)
+
+        return endpoint
+
+    def _openapi(self, api: FastAPI) -> dict[str, Any]:
+        if api.openapi_schema:
+            return api.openapi_schema
+        schema = get_openapi(
+            title=api.title, version=api.version, description=api.description, routes=api.routes
+        )
+        comps = schema.setdefault("components", {}).setdefault("schemas", {})
+        aliases = [m.name for m in self.policy.models]
+        for model in (ChatCompletionRequest, CompletionRequest, EmbeddingRequest):
+            js = model.model_json_schema(ref_template="#/components/schemas/{model}")
+            for name, sub in js.pop("$defs", {}).items():
+                comps.setdefault(name, sub)
+            js["properties"]["model"] = {"type": "string", "enum": aliases, "title": "Model"}
+            comps[model.__name__] = js
+        api.openapi_schema = schema
+        return schema
+
+
+def _with_request_id(send: Send, rid: bytes) -> Send:
+    async def wrapped(message: Any) -> None:
+        if message["type"] == "http.response.start":
+            message["headers"] = [*message.get("headers", []), (b"x-request-id", rid)]
+        await send(message)
+
+    return wrapped

@@ -1,0 +1,216 @@
+"""Policy configuration: the YAML an operator writes (a ConfigMap in Kubernetes).
+
+Parsed into frozen pydantic models that reject unknown keys. Every error names the file, the line
+when it can be found, and the key path (`models[1].route.pool`), so `llmgw config check` and a
+failed start-up point at the exact spot. Secrets never live here: a pool names the environment
+variable that holds its key (`api_key_env`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$")]
+PoolName = Annotated[str, Field(pattern=r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")]
+Endpoint = Literal["chat", "completions", "embeddings"]
+
+
+class ConfigError(Exception):
+    """A policy file that cannot be used; the message names the file and the key path."""
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class StaticEndpoints(_Frozen):
+    static: list[Annotated[str, Field(pattern=r"^https?://[^\s/]+(/[^\s]*)?$")]] = Field(
+        min_length=1, description="base URLs of the pool's replicas, e.g. http://vllm-small-0:8000"
+    )
+
+
+class Timeouts(_Frozen):
+    connect_s: float = Field(5.0, gt=0, description="TCP connect to a replica")
+    first_token_s: float = Field(60.0, gt=0, description="request sent -> response headers / first chunk")
+    total_s: float = Field(600.0, gt=0, description="whole request, including the full stream")
+
+
+class Pool(_Frozen):
+    name: PoolName
+    engine: Literal["vllm", "openai"] = Field(
+        "vllm", description="vllm or any OpenAI-compatible server (hosted providers arrive with litellm)"
+    )
+    model: str = Field(min_length=1, description="the model name the pool serves (sent upstream)")
+    endpoints: StaticEndpoints
+    serves: frozenset[Endpoint] = Field(
+        frozenset({"chat", "completions"}), description="which OpenAI endpoints this pool answers"
+    )
+    api_key_env: Annotated[str, Field(pattern=r"^[A-Z_][A-Z0-9_]*$")] | None = Field(
+        None, description="environment variable holding the pool's API key (never the key itself)"
+    )
+    timeouts: Timeouts = Timeouts()
+
+
+class OutputTokens(_Frozen):
+    default: int = Field(1024, ge=1, description="max_tokens sent when the client gives none")
+    cap: int = Field(4096, ge=1, description="larger client values are lowered to this")
+
+    @model_validator(mode="after")
+    def _default_within_cap(self) -> OutputTokens:
+        if self.default > self.cap:
+            raise ValueError(f"default ({self.default}) must not exceed cap ({self.cap})")
+        return self
+
+
+class Route(_Frozen):
+    pool: PoolName
+
+
+class Model(_Frozen):
+    name: Name = Field(description="what clients send in `model`")
+    route: Route
+    max_tokens: OutputTokens = OutputTokens()
+    slo_class: str | None = Field(None, description="key of slo_classes used for goodput")
+    description: str = ""
+
+
+class SloClass(_Frozen):
+    ttft_ms: float | None = Field(None, gt=0)
+    tpot_ms: float | None = Field(None, gt=0)
+    e2e_ms: float | None = Field(None, gt=0)
+
+    @model_validator(mode="after")
+    def _at_least_one(self) -> SloClass:
+        if self.ttft_ms is None and self.tpot_ms is None and self.e2e_ms is None:
+            raise ValueError("an SLO class needs at least one of ttft_ms, tpot_ms, e2e_ms")
+        return self
+
+
+class Policy(_Frozen):
+    """The whole policy file."""
+
+    pools: list[Pool] = Field(min_length=1)
+    models: list[Model] = Field(min_length=1)
+    slo_classes: dict[Name, SloClass] = {}
+
+    def pool(self, name: str) -> Pool:
+        for p in self.pools:
+            if p.name == name:
+                return p
+        raise KeyError(name)
+
+
+def _references(policy: Policy) -> list[tuple[tuple[str | int, ...], str]]:
+    """Cross-references pydantic cannot see: unique names, routes to existing pools."""
+    problems: list[tuple[tuple[str | int, ...], str]] = []
+    pool_names: set[str] = set()
+    for i, p in enumerate(policy.pools):
+        if p.name in pool_names:
+            problems.append((("pools", i, "name"), f"duplicate pool name '{p.name}'"))
+        pool_names.add(p.name)
+    model_names: set[str] = set()
+    for i, m in enumerate(policy.models):
+        if m.name in model_names:
+            problems.append((("models", i, "name"), f"duplicate model name '{m.name}'"))
+        model_names.add(m.name)
+        if m.route.pool not in pool_names:
+            problems.append(
+                (
+                    ("models", i, "route", "pool"),
+                    f"unknown pool '{m.route.pool}' (pools: {sorted(pool_names)})",
+                )
+            )
+        if m.slo_class is not None and m.slo_class not in policy.slo_classes:
+            problems.append((("models", i, "slo_class"), f"unknown SLO class '{m.slo_class}'"))
+    return problems
+
+
+def key_path(loc: tuple[str | int, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(top level)"
+
+
+def _line_of(root: yaml.Node | None, loc: tuple[str | int, ...]) -> int | None:
+    """1-based line of the deepest node along `loc` in the composed YAML tree."""
+    node = root
+    line = node.start_mark.line + 1 if node is not None else None
+    for part in loc:
+        if isinstance(node, yaml.MappingNode):
+            nxt = next((v for k, v in node.value if getattr(k, "value", None) == part), None)
+            if nxt is None:
+                key_node = next((k for k, _ in node.value if getattr(k, "value", None) == part), None)
+                return key_node.start_mark.line + 1 if key_node is not None else line
+            node = nxt
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
+            node = node.value[part]
+        else:
+            return line
+        line = node.start_mark.line + 1
+    return line
+
+
+def parse_policy(text: str, source: str) -> Policy:
+    try:
+        root = yaml.compose(text)
+        data: Any = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{source}: not valid YAML: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: the policy must be a mapping with keys pools, models, slo_classes")
+    try:
+        policy = Policy.model_validate(data)
+    except ValidationError as exc:
+        lines = []
+        for e in exc.errors():
+            loc = tuple(p for p in e["loc"] if p not in ("function-after",))
+            where = _line_of(root, loc)
+            at = f"{source}:{where}" if where else source
+            msg = "unknown key (not allowed here)" if e["type"] == "extra_forbidden" else e["msg"]
+            lines.append(f"{at}: {key_path(loc)}: {msg}")
+        raise ConfigError("\n".join(lines)) from exc
+    problems = _references(policy)
+    if problems:
+        raise ConfigError(
+            "\n".join(
+                f"{source}:{_line_of(root, loc) or '?'}: {key_path(loc)}: {msg}" for loc, msg in problems
+            )
+        )
+    return policy
+
+
+def load_policy(path: str | Path) -> Policy:
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{p}: cannot read policy file: {exc.strerror}") from exc
+    return parse_policy(text, str(p))
+
+
+DEFAULT_POLICY_YAML = """\
+# Embedded default: two simulated vLLM pools on localhost (what `make run` starts).
+pools:
+  - name: small
+    model: small
+    endpoints: {static: ["http://127.0.0.1:8001"]}
+    serves: [chat, completions, embeddings]
+  - name: large
+    model: large
+    endpoints: {static: ["http://127.0.0.1:8002"]}
+models:
+  - {name: small, route: {pool: small}, max_tokens: {default: 512, cap: 4096}, slo_class: interactive}
+  - {name: large, route: {pool: large}, max_tokens: {default: 1024, cap: 8192}, slo_class: interactive}
+slo_classes:
+  interactive: {ttft_ms: 450, tpot_ms: 40}
+  batch: {e2e_ms: 60000}
+"""
+
+
+def default_policy() -> Policy:
+    return parse_policy(DEFAULT_POLICY_YAML, "<embedded default>")

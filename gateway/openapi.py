@@ -1,0 +1,113 @@
+"""Request/response schemas for the OpenAPI document of the OpenAI routes.
+
+The hot path never validates through these models (gateway.normalize checks what the gateway
+relies on, everything else passes through to the pool); they exist so that the published
+OpenAPI document, which `make fuzz` drives schemathesis with, says exactly what the gateway
+accepts and answers. `model` is an enum of the deployment's aliases.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Open(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class ChatMessage(_Open):
+    role: str
+    content: str | list[dict[str, Any]] | None = None
+
+
+class StreamOptions(_Open):
+    include_usage: bool | None = None
+
+
+class ChatCompletionRequest(_Open):
+    model: str
+    messages: list[ChatMessage] = Field(min_length=1)
+    stream: bool | None = False
+    stream_options: StreamOptions | None = None
+    max_tokens: int | None = Field(None, ge=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+    n: int | None = Field(None, ge=1, le=8)
+
+
+class CompletionRequest(_Open):
+    model: str
+    prompt: str | list[str] | list[int] | list[list[int]]
+    stream: bool | None = False
+    stream_options: StreamOptions | None = None
+    max_tokens: int | None = Field(None, ge=1)
+    n: int | None = Field(None, ge=1, le=8)
+
+
+class EmbeddingRequest(_Open):
+    model: str
+    input: str | list[str] | list[int] | list[list[int]]
+
+
+class Usage(_Open):
+    prompt_tokens: int
+    completion_tokens: int | None = None
+    total_tokens: int
+
+
+class ChatCompletion(_Open):
+    id: str
+    object: str
+    created: int
+    model: str
+    choices: list[dict[str, Any]]
+    usage: Usage | None = None
+
+
+class Completion(_Open):
+    id: str
+    object: str
+    created: int
+    model: str
+    choices: list[dict[str, Any]]
+    usage: Usage | None = None
+
+
+class EmbeddingList(_Open):
+    object: str
+    data: list[dict[str, Any]]
+    model: str
+    usage: Usage | None = None
+
+
+class ErrorBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    message: str
+    type: str
+    param: str | None
+    code: str | None
+
+
+class ErrorResponse(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    error: ErrorBody
+
+
+class ModelCard(BaseModel):
+    id: str
+    object: str = "model"
+    created: int
+    owned_by: str
+
+
+class ModelList(BaseModel):
+    object: str = "list"
+    data: list[ModelCard]
+
+
+def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    return {s: {"model": ErrorResponse, "description": "OpenAI-shaped error"} for s in statuses}
+
+
+RELAY_ERRORS = error_responses(400, 404, 413, 429, 500, 502, 503, 504)

@@ -1,0 +1,368 @@
+"""The request hot path: OpenAI request in, pool answer out, as a bare ASGI handler.
+
+Flow per request: read the body (bounded) -> parse and normalize (gateway.normalize) -> pick the
+pool of the alias -> POST to a replica over the shared aiohttp session -> relay the answer.
+Non-streamed answers are passed through as the pool's bytes (parsed once, for usage only). Streams
+are relayed event by event without re-serializing (gateway.sse); the response starts only when the
+first upstream chunk is in hand, so every failure before that is a clean JSON error with the right
+status, and every failure after it ends the stream with an error event and `[DONE]`.
+
+A watcher waits on the ASGI receive channel for `http.disconnect`; when the client leaves, the
+handler task is cancelled, which closes the upstream connection, which makes vLLM abort the
+request and free its KV cache. The handler is a plain ASGI callable rather than a FastAPI route:
+measured here, routing, dependency injection and Response objects cost more than the relay itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import dataclass
+from time import perf_counter
+from typing import Any
+
+import aiohttp
+import orjson
+
+from gateway.config import Model, Policy
+from gateway.errors import (
+    GatewayError,
+    InvalidRequestError,
+    ModelNotFoundError,
+    RequestTooLargeError,
+    UpstreamError,
+    UpstreamTimeoutError,
+    from_upstream,
+)
+from gateway.metrics import AliasMetrics, Metrics
+from gateway.normalize import Kind, alias_of, parse_body, prepare
+from gateway.sse import DONE, SSESplitter
+from gateway.upstream import PoolClient, classify
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+_REQUEST_ID_OK = re.compile(rb"^[A-Za-z0-9._:\-]{1,128}$")
+_JSON_HEADERS = [(b"content-type", b"application/json")]
+_SSE_HEADERS = [
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),  # tell nginx-style proxies in front of us not to buffer the stream
+]
+_UPSTREAM_FAILURES = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
+
+
+class ClientGone(Exception):
+    """The client disconnected; nothing can be sent any more."""
+
+
+def request_id_of(scope: Scope) -> bytes:
+    for name, value in scope["headers"]:
+        if name == b"x-request-id" and _REQUEST_ID_OK.match(value):
+            return bytes(value)
+    return b"req_" + os.urandom(12).hex().encode()
+
+
+async def send_error(send: Send, err: GatewayError, request_id: bytes) -> None:
+    body = err.body()
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        (b"x-request-id", request_id),
+    ]
+    headers += [(k.encode(), v.encode()) for k, v in err.response_headers().items()]
+    await send({"type": "http.response.start", "status": err.status, "headers": headers})
+    await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    model: Model
+    pool: PoolClient
+    metrics: AliasMetrics
+
+
+class _Request:
+    """Per-request bookkeeping shared with the disconnect watcher."""
+
+    __slots__ = ("task", "finished", "client_gone", "watcher")
+
+    def __init__(self) -> None:
+        self.task = asyncio.current_task()
+        self.finished = False
+        self.client_gone = False
+        self.watcher: asyncio.Future[Message] | None = None
+
+    def watch(self, receive: Receive) -> None:
+        self.watcher = asyncio.ensure_future(receive())
+        self.watcher.add_done_callback(self._on_receive)
+
+    def _on_receive(self, fut: asyncio.Future[Message]) -> None:
+        if fut.cancelled() or self.finished:
+            return
+        if fut.exception() is None and fut.result().get("type") == "http.disconnect":
+            self.client_gone = True
+            if self.task is not None:
+                self.task.cancel()
+
+    def done(self) -> None:
+        self.finished = True
+        if self.watcher is not None and not self.watcher.done():
+            self.watcher.cancel()
+
+
+class Relay:
+    def __init__(
+        self,
+        policy: Policy,
+        pools: dict[str, PoolClient],
+        session: aiohttp.ClientSession,
+        metrics: Metrics,
+        max_body_bytes: int,
+    ) -> None:
+        self._routes = {
+            m.name: Route(model=m, pool=pools[m.route.pool], metrics=metrics.by_alias[m.name])
+            for m in policy.models
+        }
+        self._session = session
+        self._metrics = metrics
+        self._max_body = max_body_bytes
+
+    async def _read_body(self, scope: Scope, receive: Receive) -> bytes:
+        for name, value in scope["headers"]:
+            if name == b"content-length":
+                try:
+                    declared = int(value)
+                except ValueError:
+                    raise InvalidRequestError("invalid Content-Length header") from None
+                if declared > self._max_body:
+                    raise RequestTooLargeError(f"request body exceeds the limit of {self._max_body} bytes")
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            msg = await receive()
+            if msg["type"] == "http.disconnect":
+                raise ClientGone()
+            chunk = msg.get("body", b"")
+            size += len(chunk)
+            if size > self._max_body:
+                raise RequestTooLargeError(f"request body exceeds the limit of {self._max_body} bytes")
+            if not msg.get("more_body", False):
+                if not chunks:
+                    return bytes(chunk)
+                chunks.append(chunk)
+                return b"".join(chunks)
+            chunks.append(chunk)
+
+    async def handle(self, kind: Kind, scope: Scope, receive: Receive, send: Send) -> None:
+        t0 = perf_counter()
+        rid = request_id_of(scope)
+        req = _Request()
+        route: Route | None = None
+        status = 500
+        stream = False
+        try:
+            raw = await self._read_body(scope, receive)
+            body = parse_body(raw)
+            alias = alias_of(body)
+            route = self._routes.get(alias)
+            if route is None:
+                raise ModelNotFoundError(
+                    f"the model '{alias}' does not exist or you do not have access to it", param="model"
+                )
+            if kind.value not in route.pool.config.serves:
+                raise InvalidRequestError(
+                    f"the model '{alias}' does not support the {kind.value} endpoint", param="model"
+                )
+            prep = prepare(kind, body, route.model, route.pool.config.model)
+            stream = prep.stream
+            payload = orjson.dumps(prep.body)
+            req.watch(receive)
+            route.metrics.inflight.inc()
+            try:
+                if stream:
+                    status = await self._stream(route, kind, payload, rid, prep.client_usage, send, req, t0)
+                else:
+                    status = await self._unary(route, kind, payload, rid, send, req, t0)
+            finally:
+                route.metrics.inflight.dec()
+        except GatewayError as err:
+            status = err.status
+            req.done()
+            await send_error(send, err, rid)
+        except ClientGone:
+            status = 499
+        except asyncio.CancelledError:
+            if not req.client_gone:
+                raise  # shutdown or an outer timeout: not ours to swallow
+            if req.task is not None:
+                req.task.uncancel()
+            status = 499
+        finally:
+            req.done()
+            model = route.model.name if route else "-"
+            pool = route.pool.config.name if route else "-"
+            if status == 499 and route is not None:
+                self._metrics.client_disconnects.labels(model, pool).inc()
+            self._metrics.requests.labels(model, pool, kind.value, str(status)).inc()
+            self._metrics.duration.labels(model, pool, kind.value, "true" if stream else "false").observe(
+                perf_counter() - t0
+            )
+
+    def _upstream_failed(self, route: Route, exc: BaseException) -> GatewayError:
+        err, kind = classify(exc, route.pool.config.name)
+        self._metrics.upstream_errors.labels(route.pool.config.name, kind).inc()
+        return err
+
+    async def _unary(
+        self, route: Route, kind: Kind, payload: bytes, rid: bytes, send: Send, req: _Request, t0: float
+    ) -> int:
+        pool = route.pool
+        headers = {**pool.headers, "x-request-id": rid.decode()}
+        overhead = perf_counter() - t0
+        try:
+            async with self._session.post(
+                pool.url(kind), data=payload, headers=headers, timeout=pool.timeout
+            ) as resp:
+                data = await resp.read()
+                status = resp.status
+                retry_after = resp.headers.get("retry-after")
+        except _UPSTREAM_FAILURES as exc:
+            raise self._upstream_failed(route, exc) from None
+        t_back = perf_counter()
+        if status != 200:
+            self._metrics.upstream_errors.labels(pool.config.name, f"status_{status // 100}xx").inc()
+            raise from_upstream(status, data, pool.config.name, retry_after)
+        try:
+            parsed = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            self._metrics.upstream_errors.labels(pool.config.name, "malformed").inc()
+            raise UpstreamError(f"pool '{pool.config.name}' returned a malformed response") from None
+        if not isinstance(parsed, dict):
+            self._metrics.upstream_errors.labels(pool.config.name, "malformed").inc()
+            raise UpstreamError(f"pool '{pool.config.name}' returned a malformed response")
+        self._count_usage(route, parsed.get("usage"))
+        req.done()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [
+                    *_JSON_HEADERS,
+                    (b"content-length", str(len(data)).encode()),
+                    (b"x-request-id", rid),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": data, "more_body": False})
+        self._metrics.overhead.labels(kind.value).observe(overhead + perf_counter() - t_back)
+        return 200
+
+    def _count_usage(self, route: Route, usage: Any) -> tuple[int, int]:
+        if not isinstance(usage, dict):
+            return 0, 0
+        pt, ct = usage.get("prompt_tokens"), usage.get("completion_tokens")
+        pt = pt if isinstance(pt, int) else 0
+        ct = ct if isinstance(ct, int) else 0
+        route.metrics.input_tokens.inc(pt)
+        route.metrics.output_tokens.inc(ct)
+        return pt, ct
+
+    async def _stream(
+        self,
+        route: Route,
+        kind: Kind,
+        payload: bytes,
+        rid: bytes,
+        client_usage: bool,
+        send: Send,
+        req: _Request,
+        t0: float,
+    ) -> int:
+        pool = route.pool
+        cfg = pool.config
+        headers = {**pool.headers, "x-request-id": rid.decode()}
+        overhead = perf_counter() - t0
+        splitter = SSESplitter(strip_usage=not client_usage)
+        resp: aiohttp.ClientResponse | None = None
+        try:
+            # Nothing has reached the client yet: any failure here is a plain JSON error.
+            try:
+                async with asyncio.timeout(cfg.timeouts.first_token_s):
+                    resp = await self._session.post(
+                        pool.url(kind), data=payload, headers=headers, timeout=pool.timeout
+                    )
+                    if resp.status != 200:
+                        data = await resp.read()
+                        self._metrics.upstream_errors.labels(cfg.name, f"status_{resp.status // 100}xx").inc()
+                        raise from_upstream(resp.status, data, cfg.name, resp.headers.get("retry-after"))
+                    first, has_output = b"", False
+                    while not first:
+                        chunk = await resp.content.readany()
+                        if not chunk:
+                            break
+                        first, has_output = splitter.feed(chunk)
+            except TimeoutError:
+                self._metrics.upstream_errors.labels(cfg.name, "first_token_timeout").inc()
+                raise UpstreamTimeoutError(
+                    f"pool '{cfg.name}' sent no token within {cfg.timeouts.first_token_s:g}s"
+                ) from None
+            except _UPSTREAM_FAILURES as exc:
+                raise self._upstream_failed(route, exc) from None
+            if not first:
+                self._metrics.upstream_errors.labels(cfg.name, "empty_stream").inc()
+                raise UpstreamError(f"pool '{cfg.name}' ended the stream before sending anything")
+
+            t = perf_counter()
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 200,
+                    "headers": [*_SSE_HEADERS, (b"x-request-id", rid)],
+                }
+            )
+            await send({"type": "http.response.body", "body": first, "more_body": True})
+            t_first = t_last = t
+            route.metrics.ttft.observe(t - t0)
+            overhead += perf_counter() - t
+            tail = b""
+            try:
+                while True:
+                    chunk = await resp.content.readany()
+                    if not chunk:
+                        break
+                    t = perf_counter()
+                    out, has_output = splitter.feed(chunk)
+                    if has_output:
+                        t_last = t
+                    if out:
+                        overhead += perf_counter() - t
+                        await send({"type": "http.response.body", "body": out, "more_body": True})
+                if not splitter.saw_done:
+                    self._metrics.upstream_errors.labels(cfg.name, "truncated_stream").inc()
+                    tail = _error_event(UpstreamError(f"pool '{cfg.name}' ended the stream without [DONE]"))
+            except _UPSTREAM_FAILURES as exc:
+                tail = _error_event(self._upstream_failed(route, exc))
+            req.done()
+            await send({"type": "http.response.body", "body": tail, "more_body": False})
+            _, ct = self._count_usage(route, splitter.usage)
+            if ct > 1 and t_last > t_first:
+                route.metrics.tpot.observe((t_last - t_first) / (ct - 1))
+            self._metrics.overhead.labels(kind.value).observe(overhead)
+            return 200
+        finally:
+            if resp is not None:
+                # Closing (not releasing) an unfinished response drops the connection, which is how
+                # vLLM learns that nobody is reading and aborts the request.
+                if splitter.saw_done:
+                    resp.release()
+                else:
+                    resp.close()
+
+
+def _error_event(err: GatewayError) -> bytes:
+    return b"data: " + err.body() + b"\n\n" + DONE

@@ -1,0 +1,53 @@
+"""`llmgw serve`: load settings and policy, then run uvicorn (uvloop + httptools)."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import uvicorn
+
+from gateway.app import GatewayApp
+from gateway.config import ConfigError, Policy, default_policy, load_policy
+from gateway.settings import Settings
+
+
+def load(settings: Settings) -> Policy:
+    return load_policy(settings.config) if settings.config else default_policy()
+
+
+def create_app() -> GatewayApp:
+    """Factory for `uvicorn --factory gateway.server:create_app` (used by multi-worker serving)."""
+    settings = Settings()
+    return GatewayApp(load(settings), settings)
+
+
+def serve(config: str | None, host: str | None, port: int | None, workers: int | None) -> int:
+    overrides = {
+        k: v for k, v in {"config": config, "host": host, "port": port, "workers": workers}.items() if v
+    }
+    settings = Settings(**overrides)  # type: ignore[arg-type]
+    try:
+        policy = load(settings)
+    except ConfigError as exc:
+        print(f"llmgw: invalid policy:\n{exc}", file=sys.stderr)
+        return 2
+    common: dict[str, object] = dict(
+        host=settings.host,
+        port=settings.port,
+        loop="uvloop",
+        http="httptools",
+        access_log=False,
+        log_level=settings.log_level,
+        timeout_graceful_shutdown=int(settings.drain_seconds),
+        lifespan="on",
+    )
+    if settings.workers > 1:
+        # Workers re-read settings from the environment; pass the resolved ones down.
+        os.environ.update(
+            {"LLMGW_CONFIG": settings.config or "", "LLMGW_MAX_BODY_BYTES": str(settings.max_body_bytes)}
+        )
+        uvicorn.run("gateway.server:create_app", factory=True, workers=settings.workers, **common)  # type: ignore[arg-type]
+    else:
+        uvicorn.run(GatewayApp(policy, settings), **common)  # type: ignore[arg-type]
+    return 0

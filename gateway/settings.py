@@ -1,0 +1,22 @@
+"""Process settings from the environment (one frozen class; `LLMGW_` prefix).
+
+Policy lives in the YAML file (gateway.config); secrets and per-process knobs live here.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="LLMGW_", frozen=True, extra="ignore")
+
+    config: str | None = Field(None, description="path of the policy YAML; unset = embedded default")
+    host: str = "127.0.0.1"
+    port: int = Field(8080, ge=1, le=65535)
+    workers: int = Field(1, ge=1)
+    log_level: str = "info"
+    max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024, description="larger request bodies get 413")
+    upstream_pool_size: int = Field(1024, ge=1, description="max pooled connections per process")
+    drain_seconds: float = Field(30.0, ge=0, description="graceful shutdown window on SIGTERM")

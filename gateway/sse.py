@@ -1,0 +1,110 @@
+"""Server-sent events from a pool, relayed as bytes.
+
+The gateway never re-serializes content chunks: it splits the upstream byte stream at event
+boundaries (`\\n\\n`), forwards complete events as they are, and looks inside only for the usage
+object (to meter tokens) and for error events (to normalize them). The usage-only chunk
+(`"choices":[]` plus a usage object) is cut out when the client did not ask for it. Scanning is a
+couple of `bytes.find` calls per upstream read; JSON is parsed only for the usage and error events.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+DONE = b"data: [DONE]\n\n"
+_SEP = b"\n\n"
+
+
+def _non_null_usage_at(part: bytes, start: int = 0) -> int:
+    """Index of a `"usage":{` (spaces allowed) in `part`, or -1. `"usage":null` does not count."""
+    i = part.find(b'"usage"', start)
+    while i != -1:
+        j = i + 7
+        n = len(part)
+        while j < n and part[j] in b" :\t":
+            j += 1
+        if j < n and part[j] == 0x7B:  # "{"
+            return i
+        i = part.find(b'"usage"', j)
+    return -1
+
+
+def _event_bounds(part: bytes, at: int) -> tuple[int, int]:
+    """The [start, end) of the event (including its separator) that contains byte `at`."""
+    start = part.rfind(_SEP, 0, at)
+    start = 0 if start == -1 else start + 2
+    end = part.find(_SEP, at)
+    end = len(part) if end == -1 else end + 2
+    return start, end
+
+
+def _event_json(event: bytes) -> dict[str, Any] | None:
+    line = event.strip()
+    if not line.startswith(b"data:"):
+        return None
+    try:
+        data = orjson.loads(line[5:])
+    except orjson.JSONDecodeError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
+class SSESplitter:
+    """Incremental splitter for one upstream stream."""
+
+    __slots__ = ("_buf", "strip_usage", "usage", "saw_done", "error")
+
+    def __init__(self, strip_usage: bool) -> None:
+        self._buf = b""
+        self.strip_usage = strip_usage
+        self.usage: dict[str, Any] | None = None
+        self.saw_done = False
+        self.error: dict[str, Any] | None = None  # an error event the pool sent mid-stream
+
+    def feed(self, data: bytes) -> tuple[bytes, bool]:
+        """Complete events to forward now, and whether any of them carried generated output."""
+        buf = self._buf + data if self._buf else data
+        cut = buf.rfind(_SEP)
+        if cut == -1:
+            self._buf = buf
+            return b"", False
+        body, self._buf = buf[: cut + 2], buf[cut + 2 :]
+        done_here = body.endswith(DONE)
+        if done_here:
+            self.saw_done = True
+            body = body[: -len(DONE)]
+        at = _non_null_usage_at(body)
+        while at != -1:
+            s, e = _event_bounds(body, at)
+            parsed = _event_json(body[s:e])
+            if parsed is not None and isinstance(parsed.get("usage"), dict):
+                self.usage = parsed["usage"]
+                if self.strip_usage and parsed.get("choices") == []:
+                    body = body[:s] + body[e:]
+                    e = s
+            at = _non_null_usage_at(body, e)
+        if b'{"error"' in body:
+            body = self._normalize_errors(body)
+        has_output = bool(body)
+        return (body + DONE if done_here else body), has_output
+
+    def _normalize_errors(self, body: bytes) -> bytes:
+        """Rewrite a pool's mid-stream error event (vLLM: integer code) into the OpenAI shape."""
+        out = []
+        for event in body.split(_SEP):
+            parsed = _event_json(event) if event else None
+            err = parsed.get("error") if parsed is not None else None
+            if isinstance(err, dict):
+                self.error = err
+                message = err.get("message") if isinstance(err.get("message"), str) else "upstream error"
+                code = err.get("code") if isinstance(err.get("code"), str) else "upstream_error"
+                event = b"data: " + orjson.dumps(
+                    {"error": {"message": message, "type": "api_error", "param": None, "code": code}}
+                )
+            out.append(event)
+        return _SEP.join(out)
+
+    def leftover(self) -> bytes:
+        return self._buf
