@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -12,8 +12,21 @@ import pytest
 from tests.support.fake_upstream import fake_upstream
 from tests.support.procs import free_port, running
 
-MODES = ["ok", "s500", "s400", "s401", "s404", "s429", "s503", "html500", "malformed", "slow",
-         "hang_stream", "drop_stream", "no_done"]
+MODES = [
+    "ok",
+    "s500",
+    "s400",
+    "s401",
+    "s404",
+    "s429",
+    "s503",
+    "html500",
+    "malformed",
+    "slow",
+    "hang_stream",
+    "drop_stream",
+    "no_done",
+]
 
 
 @pytest.fixture(scope="module")
@@ -99,7 +112,9 @@ def test_first_token_timeout_is_504_before_any_byte(gateway: tuple[str, list[Any
 
 
 @pytest.mark.parametrize("alias", ["drop_stream", "no_done"])
-def test_stream_broken_midway_ends_with_error_event_and_done(gateway: tuple[str, list[Any]], alias: str) -> None:
+def test_stream_broken_midway_ends_with_error_event_and_done(
+    gateway: tuple[str, list[Any]], alias: str
+) -> None:
     base, _ = gateway
     resp = _chat(base, alias, stream=True)
     assert resp.status_code == 200
@@ -114,7 +129,10 @@ def test_client_authorization_never_reaches_the_pool(gateway: tuple[str, list[An
     base, seen = gateway
     body = {"model": "ok", "messages": [{"role": "user", "content": "hi"}]}
     resp = httpx.post(
-        f"{base}/v1/chat/completions", json=body, headers={"authorization": "Bearer sk-client-secret"}, timeout=10
+        f"{base}/v1/chat/completions",
+        json=body,
+        headers={"authorization": "Bearer sk-client-secret"},
+        timeout=10,
     )
     assert resp.status_code == 200
     mode, headers, _ = seen[-1]
@@ -122,3 +140,43 @@ def test_client_authorization_never_reaches_the_pool(gateway: tuple[str, list[An
     headers = {k.lower(): v for k, v in headers.items()}
     assert "sk-client-secret" not in str(headers)
     assert headers.get("x-request-id") == resp.headers["x-request-id"]
+
+
+def test_unknown_fields_reach_the_pool_unchanged_and_output_tokens_are_capped(
+    gateway: tuple[str, list[Any]],
+) -> None:
+    base, seen = gateway
+    extra = {
+        "tools": [
+            {
+                "type": "function",
+                "function": {"name": "f", "parameters": {"type": "object", "properties": {}}},
+            }
+        ],
+        "tool_choice": "auto",
+        "response_format": {
+            "type": "json_schema",
+            "json_schema": {"name": "x", "schema": {"type": "object"}},
+        },
+        "logprobs": True,
+        "top_logprobs": 3,
+        "n": 2,
+        "seed": 42,
+        "user": "end-user-7",
+        "vendor_extension": {"nested": [1, 2, 3]},
+    }
+    body = {
+        "model": "ok",
+        "messages": [{"role": "user", "content": "hi"}],
+        "max_completion_tokens": 10**9,
+        **extra,
+    }
+    assert httpx.post(f"{base}/v1/chat/completions", json=body, timeout=10).status_code == 200
+    mode, _, raw = seen[-1]
+    sent = json.loads(raw)
+    assert mode == "ok"
+    for key, value in extra.items():
+        assert sent[key] == value, key
+    assert sent["model"] == "m"  # the pool's model, not the alias
+    assert sent["max_completion_tokens"] == 4096  # the alias's default cap
+    assert "max_tokens" not in sent

@@ -46,7 +46,9 @@ async def _handle(request: web.Request) -> web.StreamResponse:
     if mode == "s404":
         return _vllm_error(404, "The model `x` does not exist.", "NotFoundError")
     if mode == "s429":
-        return web.json_response({"error": {"message": "slow down"}}, status=429, headers={"retry-after": "7"})
+        return web.json_response(
+            {"error": {"message": "slow down"}}, status=429, headers={"retry-after": "7"}
+        )
     if mode == "s503":
         return web.Response(text="<html>overloaded</html>", status=503, content_type="text/html")
     if mode == "html500":
@@ -61,7 +63,7 @@ async def _handle(request: web.Request) -> web.StreamResponse:
         await resp.prepare(request)
         if mode == "hang_stream":
             await asyncio.sleep(30)
-        chunk = b'data: {"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"a"}}]}\n\n'
+        chunk = b'data: {"id":"c","choices":[{"index":0,"delta":{"content":"a"}}]}\n\n'
         await resp.write(chunk)
         await resp.write(chunk)
         if mode == "drop_stream":

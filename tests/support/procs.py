@@ -46,7 +46,9 @@ def running(
     """Run `python -m gateway ARGS` until the block ends; its output goes to `log` (or is kept for errors)."""
     full_env = {**os.environ, **(env or {})}
     out = open(log, "wb") if log else subprocess.PIPE  # noqa: SIM115 - closed below
-    proc = subprocess.Popen([sys.executable, "-m", "gateway", *args], stdout=out, stderr=subprocess.STDOUT, env=full_env)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gateway", *args], stdout=out, stderr=subprocess.STDOUT, env=full_env
+    )
     try:
         wait_http(ready_url, proc if log is None else None)
         yield proc

@@ -1,0 +1,56 @@
+# The two commands a fresh machine needs: `make run` and `make test` (README).
+PYTHON ?= python3.11
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+PORT   ?= 8080
+FUZZ_EXAMPLES ?= 40
+
+.PHONY: install run test check lint typecheck unit integration e2e fuzz bench-overhead clean
+
+$(STAMP): pyproject.toml
+	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) on PATH"; exit 1; }
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@touch $@
+
+install: $(STAMP)
+
+## run: two simulated vLLM pools (small :8001, large :8002) and the gateway on 127.0.0.1:$(PORT)
+run: $(STAMP)
+	@PORT=$(PORT) BIN=$(BIN) scripts/dev-run.sh
+
+## test: install, then every test: lint + types, unit, integration, e2e, and a bounded fuzz run
+test: $(STAMP) check
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests
+	$(MAKE) --no-print-directory fuzz FUZZ_EXAMPLES=$(FUZZ_EXAMPLES)
+
+check: lint typecheck
+
+lint: $(STAMP)
+	$(BIN)/ruff check gateway eval tests
+	$(BIN)/ruff format --check gateway eval tests
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+unit: $(STAMP)
+	$(BIN)/python -m pytest -q tests/unit
+
+integration: $(STAMP)
+	$(BIN)/python -m pytest -q tests/integration
+
+e2e: $(STAMP)
+	$(BIN)/python -m pytest -q tests/e2e
+
+## fuzz: schemathesis against the gateway's own OpenAPI document (gateway + simulators as real processes)
+fuzz: $(STAMP)
+	$(BIN)/python scripts/fuzz.py --max-examples $(FUZZ_EXAMPLES)
+
+## bench-overhead: gateway-added latency and throughput vs the simulator directly (a report, not a test)
+bench-overhead: $(STAMP)
+	$(BIN)/python -m eval.bench_overhead
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache bench-results .run

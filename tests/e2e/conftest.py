@@ -1,0 +1,96 @@
+"""The real stack for e2e tests: two simulators and a gateway, each its own process."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.support.procs import free_port, running, sim_args
+
+
+@dataclass(frozen=True)
+class Stack:
+    gateway: str
+    sims: dict[str, str]  # pool name -> base URL
+
+    def sim_metric(self, pool: str, name: str, labels: str = "") -> float:
+        """Sum of a simulator metric's samples (optionally only those whose labels contain `labels`)."""
+        text = httpx.get(f"{self.sims[pool]}/metrics", timeout=5).text
+        total = 0.0
+        for line in text.splitlines():
+            m = re.match(rf"^{re.escape(name)}(\{{[^}}]*\}})? (\S+)$", line)
+            if m and labels in (m.group(1) or ""):
+                total += float(m.group(2))
+        return total
+
+
+MAX_BODY = 65536
+
+
+@pytest.fixture(scope="session")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    tmp = tmp_path_factory.mktemp("e2e")
+    ports = {"small": free_port(), "large": free_port(), "slow": free_port()}
+    gw_port = free_port()
+    sims = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
+    policy = tmp / "policy.yaml"
+    policy.write_text(
+        f"""\
+pools:
+  - name: small
+    model: sim-small
+    endpoints: {{static: ["{sims["small"]}"]}}
+    serves: [chat, completions, embeddings]
+  - name: large
+    model: sim-large
+    endpoints: {{static: ["{sims["large"]}"]}}
+  - name: slow
+    model: sim-slow
+    endpoints: {{static: ["{sims["slow"]}"]}}
+models:
+  - {{name: small, route: {{pool: small}}, max_tokens: {{default: 24, cap: 64}}}}
+  - {{name: large, route: {{pool: large}}, max_tokens: {{default: 24, cap: 64}}}}
+  - {{name: slow, route: {{pool: slow}}, max_tokens: {{default: 2000, cap: 4000}}}}
+"""
+    )
+    sim_extra = {
+        "small": ["--profile", "small"],
+        "large": ["--profile", "large"],
+        # 50 ms per decode step: a stream that lasts long enough to walk away from.
+        "slow": [
+            "--profile",
+            "instant",
+            "--step-base-ms",
+            "50",
+            "--output-len-mean",
+            "2000",
+            "--output-len-sigma",
+            "0",
+        ],
+    }
+    with ExitStack() as es:
+        for name, port in ports.items():
+            args = sim_args(port, f"sim-{name}", *sim_extra[name])
+            es.enter_context(running(args, f"{sims[name]}/health", log=tmp / f"sim-{name}.log"))
+        gw_args = ["serve", "--config", str(policy), "--port", str(gw_port)]
+        env = {"LLMGW_MAX_BODY_BYTES": str(MAX_BODY)}
+        es.enter_context(
+            running(gw_args, f"http://127.0.0.1:{gw_port}/healthz", env=env, log=tmp / "gateway.log")
+        )
+        yield Stack(gateway=f"http://127.0.0.1:{gw_port}", sims=sims)
+
+
+@pytest.fixture(scope="session")
+def base_url(stack: Stack) -> str:
+    return f"{stack.gateway}/v1"
+
+
+@pytest.fixture(scope="session")
+def _tmp_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.getbasetemp()

@@ -1,0 +1,164 @@
+"""Bad input, disconnects, health and metrics over real HTTP against the real stack."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.e2e.conftest import MAX_BODY, Stack
+
+pytestmark = pytest.mark.e2e
+
+OK = {"model": "small", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+
+
+def _err(resp: httpx.Response) -> dict[str, Any]:
+    data = resp.json()
+    assert set(data["error"]) == {"message", "type", "param", "code"}
+    assert resp.headers["x-request-id"]
+    return dict(data["error"])
+
+
+@pytest.mark.parametrize(
+    ("path", "content", "status", "param"),
+    [
+        ("/v1/chat/completions", b"{not json", 400, None),
+        ("/v1/chat/completions", b"", 400, None),
+        ("/v1/chat/completions", b"[]", 400, None),
+        ("/v1/chat/completions", b'{"messages": [{"role": "user", "content": "x"}]}', 400, "model"),
+        ("/v1/chat/completions", b'{"model": "small"}', 400, "messages"),
+        ("/v1/chat/completions", b'{"model": 5, "messages": []}', 400, "model"),
+        ("/v1/chat/completions", b'{"model": "small", "messages": "hi"}', 400, "messages"),
+        (
+            "/v1/chat/completions",
+            b'{"model": "small", "messages": [{"role": "user"}], "stream": 1}',
+            400,
+            "stream",
+        ),
+        (
+            "/v1/chat/completions",
+            b'{"model": "small", "messages": [{"role": "u"}], "max_tokens": "9"}',
+            400,
+            "max_tokens",
+        ),
+        (
+            "/v1/chat/completions",
+            b'{"model": "nope", "messages": [{"role": "user", "content": "x"}]}',
+            404,
+            "model",
+        ),
+        ("/v1/completions", b'{"model": "small"}', 400, "prompt"),
+        ("/v1/embeddings", b'{"model": "small", "input": {}}', 400, "input"),
+    ],
+)
+def test_bad_input_gets_a_4xx_openai_error(
+    stack: Stack, path: str, content: bytes, status: int, param: str | None
+) -> None:
+    resp = httpx.post(
+        stack.gateway + path, content=content, headers={"content-type": "application/json"}, timeout=10
+    )
+    assert resp.status_code == status, resp.text
+    assert _err(resp)["param"] == param
+
+
+def test_body_over_the_limit_is_413(stack: Stack) -> None:
+    big = {**OK, "messages": [{"role": "user", "content": "x" * (MAX_BODY + 1)}]}
+    resp = httpx.post(f"{stack.gateway}/v1/chat/completions", json=big, timeout=10)
+    assert resp.status_code == 413
+    assert _err(resp)["code"] == "request_too_large"
+
+    def chunks() -> Any:  # no content-length: the limit is enforced while reading
+        yield b'{"model": "small", "messages": [{"role": "user", "content": "'
+        for _ in range(MAX_BODY // 1000 + 2):
+            yield b"y" * 1000
+        yield b'"}]}'
+
+    resp = httpx.post(f"{stack.gateway}/v1/chat/completions", content=chunks(), timeout=10)
+    assert resp.status_code == 413
+
+
+def test_unknown_route_and_method_are_openai_errors(stack: Stack) -> None:
+    resp = httpx.get(f"{stack.gateway}/v1/nothing", timeout=5)
+    assert resp.status_code == 404 and _err(resp)["code"] == "not_found"
+    resp = httpx.get(f"{stack.gateway}/v1/chat/completions", timeout=5)
+    assert resp.status_code == 405 and _err(resp)["code"] == "method_not_allowed"
+
+
+def test_request_id_is_echoed_or_generated(stack: Stack) -> None:
+    resp = httpx.post(
+        f"{stack.gateway}/v1/chat/completions", json=OK, headers={"x-request-id": "abc-123"}, timeout=10
+    )
+    assert resp.headers["x-request-id"] == "abc-123"
+    resp = httpx.post(
+        f"{stack.gateway}/v1/chat/completions", json=OK, headers={"x-request-id": "bad id;" * 20}, timeout=10
+    )
+    assert resp.headers["x-request-id"].startswith("req_")
+
+
+def test_health_ready_and_metrics(stack: Stack) -> None:
+    assert httpx.get(f"{stack.gateway}/healthz", timeout=5).json() == {"status": "ok"}
+    assert httpx.get(f"{stack.gateway}/readyz", timeout=5).status_code == 200
+    httpx.post(f"{stack.gateway}/v1/chat/completions", json={**OK, "stream": True}, timeout=10)
+    text = httpx.get(f"{stack.gateway}/metrics", timeout=5).text
+    for name in (
+        "llmgw_requests_total",
+        "llmgw_request_duration_seconds_bucket",
+        "llmgw_time_to_first_token_seconds_bucket",
+        "llmgw_time_per_output_token_seconds_bucket",
+        "llmgw_tokens_total",
+        "llmgw_gateway_overhead_seconds_bucket",
+        "llmgw_upstream_errors_total",
+        "llmgw_inflight_requests",
+    ):
+        assert name in text, name
+    assert 'llmgw_requests_total{code="200",endpoint="chat",model="small",pool="small"}' in text
+
+
+def _aborts(stack: Stack) -> float:
+    return stack.sim_metric("slow", "vllm:request_success_total", 'finished_reason="abort"')
+
+
+def _wait_for(pred: Any, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(0.02)
+    return bool(pred())
+
+
+def test_client_leaving_mid_stream_aborts_upstream_within_1s(stack: Stack) -> None:
+    before = _aborts(stack)
+    body = {"model": "slow", "messages": [{"role": "user", "content": "write a lot"}], "stream": True}
+    with httpx.stream("POST", f"{stack.gateway}/v1/chat/completions", json=body, timeout=30) as resp:
+        assert resp.status_code == 200
+        seen = 0
+        for _ in resp.iter_raw():
+            seen += 1
+            if seen >= 3:
+                break
+    left = time.monotonic()
+    assert _wait_for(lambda: _aborts(stack) > before, 1.0), "simulator did not abort within 1 s"
+    assert time.monotonic() - left <= 1.5
+
+
+def test_client_leaving_a_unary_request_aborts_upstream(stack: Stack) -> None:
+    before = _aborts(stack)
+    body = {"model": "slow", "messages": [{"role": "user", "content": "write a lot"}]}
+
+    def call() -> None:
+        try:
+            httpx.post(f"{stack.gateway}/v1/chat/completions", json=body, timeout=0.5)
+        except httpx.TimeoutException:
+            pass  # the point: the client gives up and closes the connection
+
+    t = threading.Thread(target=call)
+    t.start()
+    t.join()
+    assert _wait_for(lambda: _aborts(stack) > before, 1.0)
+    text = httpx.get(f"{stack.gateway}/metrics", timeout=5).text
+    assert "llmgw_client_disconnects_total" in text
