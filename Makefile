@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PORT   ?= 8080
-FUZZ_EXAMPLES ?= 40
+FUZZ_EXAMPLES ?= 200
 
 .PHONY: install run test check lint typecheck unit integration e2e fuzz bench-overhead clean
 

@@ -56,6 +56,14 @@ RELAY_PATHS = {
 }
 
 
+# One server-sent event: `data:` is a JSON chunk, an error object, or the `[DONE]` terminator.
+SSE_EVENT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"data": {"type": "string"}, "event": {"type": "string"}},
+    "required": ["data"],
+}
+
+
 class _Runtime:
     """What the lifespan builds; absent until start-up completes."""
 
@@ -138,7 +146,7 @@ class GatewayApp:
                 **RELAY_ERRORS,
             }
             if kind is not Kind.EMBEDDINGS:
-                responses[200]["content"] = {"text/event-stream": {"schema": {"type": "string"}}}
+                responses[200]["content"] = {"text/event-stream": {"schema": SSE_EVENT_SCHEMA}}
 
             api.add_api_route(
                 path,
