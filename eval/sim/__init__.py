@@ -1,0 +1,9 @@
+"""`llmgw sim`: an OpenAI-compatible server that behaves like one vLLM replica.
+
+Flow: `cli` parses flags and a profile into a `SimConfig`, `server.build_app` wires the pure pieces
+(`tokenizer`, `textgen`, `replay`, `engine` + `kvcache`, `stats`) to ASGI, and `runner` drives the engine's
+discrete steps in real time. The engine never does I/O, so the unit tests drive it with a virtual clock.
+See docs/design/002-simulator.md.
+"""
+
+from __future__ import annotations

@@ -1,0 +1,142 @@
+"""`llmgw sim`: run one simulated vLLM replica.
+
+Settings come from a profile (a built-in name or a YAML file, see `profile.py`); flags override single
+profile fields. Server identity (`--served-model-name`, `--api-key`, replay) is flag-only, with vLLM's
+spellings so a chart or test can swap a real replica for the simulator.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+# flag dest -> profile field, for flags that override the profile when given.
+_PROFILE_FLAGS = {
+    "seed": "seed",
+    "max_num_seqs": "max_num_seqs",
+    "max_num_batched_tokens": "max_num_batched_tokens",
+    "kv_capacity_tokens": "kv_capacity_tokens",
+    "block_size": "block_size",
+    "max_model_len": "max_model_len",
+    "step_base_ms": "step_base_ms",
+    "prefill_per_token_ms": "prefill_per_token_ms",
+    "decode_per_seq_ms": "decode_per_seq_ms",
+    "decode_per_kv_token_ms": "decode_per_kv_token_ms",
+    "output_len_mean": "output_len_mean",
+    "output_len_sigma": "output_len_sigma",
+    "embedding_dim": "embedding_dim",
+    "enable_prefix_caching": "enable_prefix_caching",
+}
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.description = "Run a vLLM-compatible simulated replica (OpenAI API, /metrics, /health, /load)."
+    # vLLM binds every interface by default; matching it lets a chart swap the image without new flags.
+    parser.add_argument("--host", default="0.0.0.0")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument(
+        "--served-model-name",
+        nargs="+",
+        default=["sim"],
+        metavar="NAME",
+        help="accepted model names; the first is echoed in responses and is the model_name metric label",
+    )
+    parser.add_argument("--profile", help="built-in profile (instant, small, large) or a YAML file")
+    parser.add_argument("--seed", type=int, help="server RNG seed (answers to requests without a seed)")
+    parser.add_argument("--max-num-seqs", type=int)
+    parser.add_argument("--max-num-batched-tokens", type=int, help="prefill tokens per step")
+    parser.add_argument("--kv-capacity-tokens", type=int, help="KV cache size in tokens")
+    parser.add_argument("--block-size", type=int)
+    parser.add_argument("--max-model-len", type=int)
+    parser.add_argument("--step-base-ms", type=float, help="fixed cost of one engine step")
+    parser.add_argument("--prefill-per-token-ms", type=float, help="cost per uncached prompt token")
+    parser.add_argument("--decode-per-seq-ms", type=float, help="cost per sequence in a decode step")
+    parser.add_argument(
+        "--decode-per-kv-token-ms", type=float, help="cost per KV token read in a decode step"
+    )
+    parser.add_argument("--output-len-mean", type=float, help="mean sampled answer length in tokens")
+    parser.add_argument("--output-len-sigma", type=float, help="log-normal sigma of the answer length")
+    parser.add_argument("--embedding-dim", type=int)
+    parser.add_argument(
+        "--enable-prefix-caching",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="prefix caching (default on, like vLLM V1)",
+    )
+    parser.add_argument(
+        "--api-key", nargs="+", metavar="KEY", help="require 'Authorization: Bearer KEY' on /v1/*"
+    )
+    parser.add_argument(
+        "--replay", metavar="DATASET.jsonl", help="answer dataset prompts with recorded responses"
+    )
+    parser.add_argument("--replay-model", metavar="NAME", help="whose responses --replay uses")
+    parser.add_argument(
+        "--no-legacy-metrics", action="store_true", help="drop the deprecated vllm:gpu_cache_usage_perc"
+    )
+    parser.add_argument("--log-level", default="warning", help="uvicorn log level")
+    parser.set_defaults(func=run)
+
+
+def _overrides(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        field: getattr(args, dest)
+        for dest, field in _PROFILE_FLAGS.items()
+        if getattr(args, dest) is not None
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from eval.sim.profile import ProfileError, load_profile
+    from eval.sim.replay import ReplayError, ReplayIndex
+    from eval.sim.server import SimConfig, build_app
+
+    try:
+        profile = load_profile(args.profile, _overrides(args))
+    except ProfileError as exc:
+        print(f"llmgw sim: {exc}", file=sys.stderr)
+        return 2
+    replay = None
+    if args.replay:
+        if not args.replay_model:
+            print("llmgw sim: --replay needs --replay-model", file=sys.stderr)
+            return 2
+        try:
+            replay = ReplayIndex.load(args.replay, args.replay_model)
+        except (OSError, ReplayError) as exc:
+            print(f"llmgw sim: {exc}", file=sys.stderr)
+            return 2
+    config = SimConfig(
+        profile=profile,
+        served_names=tuple(args.served_model_name),
+        api_keys=tuple(args.api_key or ()),
+        replay=replay,
+        legacy_metrics=not args.no_legacy_metrics,
+    )
+    uvicorn.run(
+        build_app(config),
+        host=args.host,
+        port=args.port,
+        loop="uvloop",
+        http="httptools",
+        lifespan="on",
+        access_log=False,
+        log_level=args.log_level,
+        # In-flight generations could otherwise hold a SIGTERM for as long as their answers take.
+        timeout_graceful_shutdown=2,
+    )
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="llmgw sim")
+    register(parser)
+    args = parser.parse_args(argv)
+    result: int = args.func(args)
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,248 @@
+"""Continuous-batching engine: a discrete-step scheduler after vLLM V1, with no I/O.
+
+Flow of one `step(now)`:
+1. every RUNNING sequence needs KV room for the token it decodes this step; when a new block is needed and
+   none is free, the most recently admitted running sequence is preempted (recompute mode: its blocks are
+   freed and it goes back to the *front* of WAITING; its emitted tokens are kept and recomputed later);
+2. if nothing was preempted, WAITING sequences are admitted FCFS while `max_num_seqs`, the prefill token
+   budget and free KV blocks allow; leading full prompt blocks found in the prefix cache are reused and
+   not recomputed (counted as prefix-cache hits, in tokens);
+3. the step lasts `profile` time (see `profile.py`); every scheduled sequence emits one token at its end
+   (an admitted sequence emits its first token after its prefill, like vLLM), and sequences that reached
+   their target length finish and free their blocks.
+
+The caller owns the clock: the server sleeps `duration` in real time, the unit tests add it to a virtual
+clock. `complete_now` is the zero-latency shortcut that runs a sequence start to finish in one call.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import deque
+from dataclasses import dataclass, field
+
+from eval.sim.kvcache import BlockPool
+from eval.sim.profile import SimProfile
+from eval.sim.stats import EngineStats
+
+
+class Status(enum.Enum):
+    WAITING = 0
+    RUNNING = 1
+    FINISHED = 2
+
+
+@dataclass(slots=True, eq=False)
+class Sequence:
+    """One generated choice. `output_len` tokens are emitted, then it finishes with `finish_reason`."""
+
+    prompt_len: int
+    block_hashes: list[int]
+    output_len: int
+    finish_reason: str
+    arrival: float
+    seq_id: int = -1
+    status: Status = Status.WAITING
+    num_emitted: int = 0
+    blocks: list[int] = field(default_factory=list)
+    cached_tokens: int = 0
+    admit_order: int = 0
+    first_token_time: float | None = None
+    last_token_time: float = 0.0
+    finished_reason: str | None = None  # set once FINISHED (may be "abort")
+
+    @property
+    def finished(self) -> bool:
+        return self.status is Status.FINISHED
+
+
+@dataclass(slots=True)
+class StepOutcome:
+    duration: float  # seconds
+    progressed: list[Sequence]  # emitted a token at the end of the step (finished ones included)
+    num_prefill_tokens: int = 0
+    num_preempted: int = 0
+
+
+class Engine:
+    def __init__(self, profile: SimProfile) -> None:
+        self.profile = profile
+        self.pool = BlockPool(profile.num_blocks, profile.block_size)
+        self.stats = EngineStats()
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []
+        self._next_id = 0
+        self._admit_counter = 0
+
+    # --- inputs -----------------------------------------------------------------------------------
+    def add(self, seq: Sequence) -> Sequence:
+        seq.seq_id = self._next_id
+        self._next_id += 1
+        self.waiting.append(seq)
+        return seq
+
+    def abort(self, seq: Sequence, now: float) -> None:
+        """Client went away: drop the sequence and free its KV (counted as finished_reason=abort)."""
+        if seq.status is Status.FINISHED:
+            return
+        if seq.status is Status.WAITING:
+            self.waiting.remove(seq)
+        else:
+            self.running.remove(seq)
+            self.pool.free(seq.blocks)
+            seq.blocks = []
+        seq.status = Status.FINISHED
+        seq.finished_reason = "abort"
+        self.stats.finished["abort"] += 1
+
+    # --- observations ---------------------------------------------------------------------------------
+    @property
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    @property
+    def kv_usage(self) -> float:
+        return self.pool.usage
+
+    # --- the step -----------------------------------------------------------------------------------
+    def step(self, now: float) -> StepOutcome:
+        p = self.profile
+        preempted = self._make_room_for_decode()
+        decoding = list(self.running)
+        admitted, prefill_tokens = ([], 0) if preempted else self._admit(now)
+
+        duration_ms = 0.0
+        if decoding or admitted:
+            duration_ms = p.step_base_ms + p.prefill_per_token_ms * prefill_tokens
+            if decoding:
+                kv_tokens = sum(s.prompt_len + s.num_emitted for s in decoding)
+                duration_ms += p.decode_per_seq_ms * len(decoding) + p.decode_per_kv_token_ms * kv_tokens
+        duration = duration_ms / 1000.0
+        end = now + duration
+        progressed = decoding + admitted
+        for seq in progressed:
+            self._emit(seq, end)
+        if any(s.status is Status.FINISHED for s in progressed):
+            self.running = [s for s in self.running if s.status is Status.RUNNING]
+        return StepOutcome(duration, progressed, prefill_tokens, preempted)
+
+    def _make_room_for_decode(self) -> int:
+        pool, preempted = self.pool, 0
+        for seq in list(self.running):
+            if seq.status is not Status.RUNNING:
+                continue  # preempted earlier in this loop
+            # KV after this step holds the prompt, the emitted tokens and the one being decoded now.
+            if pool.blocks_for(seq.prompt_len + seq.num_emitted + 1) <= len(seq.blocks):
+                continue
+            while pool.num_free == 0:
+                victim = self.running[-1]  # most recently admitted: least work lost
+                self._preempt(victim)
+                preempted += 1
+                if victim is seq:
+                    break
+            if seq.status is Status.RUNNING:
+                seq.blocks.append(pool.grow())
+        return preempted
+
+    def _preempt(self, seq: Sequence) -> None:
+        self.running.remove(seq)
+        self.pool.free(seq.blocks)
+        seq.blocks = []
+        seq.status = Status.WAITING
+        self.waiting.appendleft(seq)
+        self.stats.num_preemptions += 1
+
+    def _admit(self, now: float) -> tuple[list[Sequence], int]:
+        p, pool, stats = self.profile, self.pool, self.stats
+        admitted: list[Sequence] = []
+        budget_used = 0
+        while self.waiting and len(self.running) < p.max_num_seqs:
+            seq = self.waiting[0]
+            # A preempted sequence recomputes its prompt and the tokens it already emitted.
+            num_tokens = seq.prompt_len + seq.num_emitted
+            hits = self._prefix_hits(seq)
+            new_tokens = num_tokens - len(hits) * pool.block_size
+            if admitted and budget_used + new_tokens > p.max_num_batched_tokens:
+                break
+            num_new_blocks = pool.blocks_for(num_tokens + 1) - len(hits)
+            if not pool.can_allocate(hits, num_new_blocks):
+                break
+            self.waiting.popleft()
+            seq.blocks = pool.allocate(hits, num_new_blocks)
+            if p.enable_prefix_caching:
+                pool.register(seq.blocks, seq.block_hashes, len(hits))
+            cached = len(hits) * pool.block_size
+            stats.prefix_cache_queries += num_tokens
+            stats.prefix_cache_hits += cached
+            if seq.num_emitted == 0:  # first admission: usage reports these, metrics count the prompt
+                seq.cached_tokens = cached
+                stats.prompt_tokens += seq.prompt_len
+                stats.queue_time.observe(now - seq.arrival)
+            seq.status = Status.RUNNING
+            self._admit_counter += 1
+            seq.admit_order = self._admit_counter
+            self.running.append(seq)
+            admitted.append(seq)
+            budget_used += new_tokens
+        return admitted, budget_used
+
+    def _prefix_hits(self, seq: Sequence) -> list[int]:
+        if not self.profile.enable_prefix_caching:
+            return []
+        # Like vLLM, the last prompt token is always recomputed (its logits are needed), so at most
+        # (prompt_len - 1) // block_size blocks can hit.
+        limit = (seq.prompt_len - 1) // self.pool.block_size
+        return self.pool.match_prefix(seq.block_hashes[:limit])
+
+    def _emit(self, seq: Sequence, t: float) -> None:
+        stats = self.stats
+        seq.num_emitted += 1
+        stats.generation_tokens += 1
+        if seq.first_token_time is None:
+            seq.first_token_time = t
+            stats.ttft.observe(t - seq.arrival)
+        else:
+            stats.itl.observe(t - seq.last_token_time)
+        seq.last_token_time = t
+        if seq.num_emitted >= seq.output_len:
+            self._finish(seq, t)
+
+    def _finish(self, seq: Sequence, t: float) -> None:
+        self.pool.free(seq.blocks)
+        seq.blocks = []
+        seq.status = Status.FINISHED
+        seq.finished_reason = seq.finish_reason
+        stats = self.stats
+        stats.finished[seq.finish_reason] += 1
+        stats.e2e.observe(t - seq.arrival)
+        if seq.num_emitted > 1 and seq.first_token_time is not None:
+            stats.tpot.observe((t - seq.first_token_time) / (seq.num_emitted - 1))
+
+    # --- zero latency -----------------------------------------------------------------------------
+    def complete_now(self, seq: Sequence, now: float) -> None:
+        """Run `seq` from arrival to finish in one call (all latencies zero, so nothing can overlap).
+
+        Still touches the prefix cache and every counter, so metrics and `cached_tokens` stay meaningful.
+        """
+        self.add(seq)
+        self.waiting.pop()
+        pool, stats, n = self.pool, self.stats, seq.output_len
+        hits = self._prefix_hits(seq)
+        num_new = pool.blocks_for(seq.prompt_len + n) - len(hits)
+        if pool.can_allocate(hits, num_new):
+            seq.blocks = pool.allocate(hits, num_new)
+            if self.profile.enable_prefix_caching:
+                pool.register(seq.blocks, seq.block_hashes, len(hits))
+        seq.cached_tokens = len(hits) * pool.block_size
+        stats.prefix_cache_queries += seq.prompt_len
+        stats.prefix_cache_hits += seq.cached_tokens
+        stats.prompt_tokens += seq.prompt_len
+        stats.generation_tokens += n
+        stats.queue_time.observe(0.0)
+        stats.ttft.observe(0.0)
+        if n > 1:
+            stats.itl.observe(0.0, n - 1)
+            stats.tpot.observe(0.0)
+        seq.num_emitted = n
+        seq.first_token_time = seq.last_token_time = now
+        self._finish(seq, now)

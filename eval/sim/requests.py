@@ -1,0 +1,299 @@
+"""Parse OpenAI chat/completions bodies into a `Job`: prompts, token counts and the pre-generated answers.
+
+vLLM validates with pydantic models that allow extra fields; here a few hand-written checks on the
+decoded dict are much cheaper and give the same outcome for the fields the simulator honours (unknown
+fields are ignored). The whole answer of every choice is generated up front (it is deterministic), so
+the engine only has to pace the tokens; `Job` keeps everything the response renderer needs.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+import zlib
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from eval.sim.errors import ApiError, bad_request
+from eval.sim.profile import SimProfile
+from eval.sim.replay import ReplayIndex
+from eval.sim.textgen import Generated, generate_json, generate_text, generate_tool_call, token_logprobs
+from eval.sim.tokenizer import block_hashes, tokenize
+
+
+@dataclass(slots=True)
+class Prompt:
+    pieces_len: int
+    hashes: list[int]
+
+
+@dataclass(slots=True)
+class Job:
+    kind: str  # "chat" | "completion"
+    request_id: str
+    created: int
+    model: str
+    prompts: list[Prompt]
+    n: int
+    choices: list[Generated]  # prompt-major: choice i belongs to prompts[i // n]
+    stream: bool
+    include_usage: bool
+    continuous_usage: bool
+    top_logprobs: int | None  # None: no logprobs; else alternatives per token
+    logprobs: list[list[tuple[float, list[tuple[str, float]]]]] = field(default_factory=list)
+    replay_hit: bool | None = None  # None: replay mode off
+
+
+@dataclass(slots=True)
+class Context:
+    """What parsing needs from the server; `rng` draws seeds for requests without one."""
+
+    profile: SimProfile
+    served_names: tuple[str, ...]
+    replay: ReplayIndex | None
+    rng: random.Random
+    id_prefix: str
+    counter: int = 0
+
+    def next_id(self, prefix: str) -> str:
+        self.counter += 1
+        return f"{prefix}-{self.id_prefix}{self.counter:010x}"
+
+
+def decode_body(raw: bytes) -> dict[str, Any]:
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise bad_request(f"Invalid JSON body: {exc}") from exc
+    if not isinstance(body, dict):
+        raise bad_request("Request body must be a JSON object")
+    return body
+
+
+def check_model(ctx: Context, body: dict[str, Any]) -> str:
+    model = body.get("model")
+    if model is None:  # vLLM serves its default model when `model` is omitted
+        return ctx.served_names[0]
+    if model not in ctx.served_names:
+        raise ApiError(404, f"The model `{model}` does not exist.", "model")
+    return ctx.served_names[0]
+
+
+def _int(body: dict[str, Any], key: str, default: int | None, lo: int, hi: int | None = None) -> int | None:
+    v = body.get(key)
+    if v is None:
+        return default
+    if isinstance(v, bool) or not isinstance(v, int) or v < lo or (hi is not None and v > hi):
+        rng = f"between {lo} and {hi}" if hi is not None else f"at least {lo}"
+        raise bad_request(f"{key} must be an integer {rng}, got {v!r}", key)
+    return v
+
+
+def _stops(body: dict[str, Any]) -> list[str]:
+    stop = body.get("stop")
+    if stop is None:
+        return []
+    if isinstance(stop, str):
+        return [stop]
+    if isinstance(stop, list) and all(isinstance(s, str) for s in stop):
+        return stop
+    raise bad_request("stop must be a string or a list of strings", "stop")
+
+
+def _stream_flags(body: dict[str, Any]) -> tuple[bool, bool, bool]:
+    stream = bool(body.get("stream", False))
+    opts = body.get("stream_options")
+    if opts is None or not stream:
+        return stream, False, False
+    if not isinstance(opts, dict):
+        raise bad_request("stream_options must be an object", "stream_options")
+    # vLLM's should_include_usage: an explicit stream_options turns usage on unless include_usage is false.
+    include = bool(opts.get("include_usage", True))
+    return stream, include, include and bool(opts.get("continuous_usage_stats", False))
+
+
+def _text_of(content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(
+            p.get("text", "") for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)
+        )
+    raise bad_request("message content must be a string or a list of content parts", "messages")
+
+
+def render_chat(messages: Any, tools: Any) -> tuple[str, str]:
+    """The prompt string (a simple role-tag template) and the last user message (the replay key)."""
+    if not isinstance(messages, list) or not messages:
+        raise bad_request("messages must be a non-empty list", "messages")
+    parts: list[str] = []
+    if tools:
+        parts.append("<|tools|>\n" + orjson.dumps(tools).decode() + "\n")
+    last_user = ""
+    for m in messages:
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str):
+            raise bad_request("each message must be an object with a string role", "messages")
+        text = _text_of(m.get("content"))
+        if m.get("tool_calls"):
+            text += orjson.dumps(m["tool_calls"]).decode()
+        if m["role"] == "user":
+            last_user = text
+        parts.append(f"<|{m['role']}|>\n{text}\n")
+    parts.append("<|assistant|>\n")
+    return "".join(parts), last_user
+
+
+def _max_tokens(ctx: Context, requested: int | None, prompt_len: int) -> int:
+    limit = ctx.profile.max_model_len
+    if requested is None:
+        if prompt_len >= limit:
+            raise bad_request(
+                f"This model's maximum context length is {limit} tokens. However, your request has "
+                f"{prompt_len} input tokens. Please reduce the length of the input messages."
+            )
+        return limit - prompt_len
+    if prompt_len + requested > limit:
+        raise bad_request(
+            f"This model's maximum context length is {limit} tokens. However, you requested "
+            f"{prompt_len + requested} tokens ({prompt_len} in the messages, {requested} in the completion). "
+            f"Please reduce the length of the messages or completion."
+        )
+    return requested
+
+
+def _choice_rng(ctx: Context, body: dict[str, Any], prompt: str, index: int) -> random.Random:
+    temperature = body.get("temperature")
+    seed = body.get("seed")
+    if isinstance(temperature, int | float) and temperature == 0:
+        return random.Random(zlib.crc32(prompt.encode()) * 131 + index)  # greedy: the prompt decides
+    if isinstance(seed, int) and not isinstance(seed, bool):
+        return random.Random((seed * 1_000_003 + zlib.crc32(prompt.encode())) * 131 + index)
+    return random.Random(ctx.rng.getrandbits(64))
+
+
+def _prompt(ctx: Context, text: str) -> Prompt:
+    pieces = tokenize(text)
+    return Prompt(len(pieces), block_hashes(pieces, ctx.profile.block_size))
+
+
+def _answer(
+    ctx: Context, body: dict[str, Any], rng: random.Random, max_tokens: int, fixed: str | None, chat: bool
+) -> Generated:
+    p = ctx.profile
+    if chat and fixed is None:
+        forced = _forced_tool(body)
+        if forced is not None:
+            name, params = forced
+            return generate_tool_call(
+                rng, name, params, max_tokens, f"chatcmpl-tool-{rng.getrandbits(64):016x}"
+            )
+        fmt = body.get("response_format")
+        if isinstance(fmt, dict) and fmt.get("type") in ("json_object", "json_schema"):
+            schema = (fmt.get("json_schema") or {}).get("schema") if fmt["type"] == "json_schema" else None
+            return generate_json(rng, schema or {"type": "object"}, max_tokens)
+    return generate_text(
+        rng,
+        max_tokens=max_tokens,
+        mean=p.output_len_mean,
+        sigma=p.output_len_sigma,
+        ignore_eos=bool(body.get("ignore_eos", False)),
+        min_tokens=_int(body, "min_tokens", 0, 0) or 0,
+        stops=_stops(body),
+        fixed=fixed,
+    )
+
+
+def _forced_tool(body: dict[str, Any]) -> tuple[str, Any] | None:
+    """(name, parameters schema) when tool_choice forces a call ("required" or a named function)."""
+    tools = body.get("tools")
+    choice = body.get("tool_choice")
+    if not isinstance(tools, list) or not tools:
+        return None
+    funcs = [t["function"] for t in tools if isinstance(t, dict) and isinstance(t.get("function"), dict)]
+    if choice == "required" and funcs:
+        return str(funcs[0].get("name", "tool")), funcs[0].get("parameters")
+    if isinstance(choice, dict) and isinstance(choice.get("function"), dict):
+        name = choice["function"].get("name")
+        for f in funcs:
+            if f.get("name") == name:
+                return str(name), f.get("parameters")
+        raise bad_request(f"tool_choice names an unknown function {name!r}", "tool_choice")
+    return None
+
+
+def _build(
+    ctx: Context,
+    body: dict[str, Any],
+    kind: str,
+    texts: list[tuple[str, str]],
+    requested: int | None,
+    top: int | None,
+) -> Job:
+    model = check_model(ctx, body)
+    n = _int(body, "n", 1, 1, 128) or 1
+    stream, include_usage, continuous = _stream_flags(body)
+    prompts: list[Prompt] = []
+    choices: list[Generated] = []
+    logprobs: list[list[tuple[float, list[tuple[str, float]]]]] = []
+    replay_hit: bool | None = None
+    for prompt_text, key in texts:
+        prompt = _prompt(ctx, prompt_text)
+        prompts.append(prompt)
+        max_tokens = _max_tokens(ctx, requested, prompt.pieces_len)
+        fixed = ctx.replay.lookup(key) if ctx.replay is not None else None
+        if ctx.replay is not None:
+            replay_hit = (replay_hit is not False) and fixed is not None
+        for i in range(n):
+            rng = _choice_rng(ctx, body, prompt_text, i)
+            gen = _answer(ctx, body, rng, max_tokens, fixed, kind == "chat")
+            choices.append(gen)
+            if top is not None:
+                logprobs.append(token_logprobs(random.Random(rng.getrandbits(64)), gen.pieces, top))
+    return Job(
+        kind,
+        ctx.next_id("chatcmpl" if kind == "chat" else "cmpl"),
+        int(time.time()),
+        model,
+        prompts,
+        n,
+        choices,
+        stream,
+        include_usage,
+        continuous,
+        top,
+        logprobs,
+        replay_hit,
+    )
+
+
+def parse_chat(ctx: Context, body: dict[str, Any]) -> Job:
+    prompt, last_user = render_chat(body.get("messages"), body.get("tools"))
+    requested = _int(body, "max_completion_tokens", None, 1)
+    if requested is None:
+        requested = _int(body, "max_tokens", None, 1)
+    top: int | None = None
+    if body.get("logprobs"):
+        top = _int(body, "top_logprobs", 0, 0, 20) or 0
+    return _build(ctx, body, "chat", [(prompt, last_user)], requested, top)
+
+
+def parse_completion(ctx: Context, body: dict[str, Any]) -> Job:
+    raw = body.get("prompt")
+    texts: list[str]
+    if isinstance(raw, str):
+        texts = [raw]
+    elif isinstance(raw, list) and raw and all(isinstance(p, str) for p in raw):
+        texts = list(raw)
+    elif isinstance(raw, list) and raw and all(isinstance(t, int) for t in raw):
+        texts = [" ".join(map(str, raw))]  # token ids: one piece per id
+    elif isinstance(raw, list) and raw and all(isinstance(p, list) for p in raw):
+        texts = [" ".join(map(str, p)) for p in raw]
+    else:
+        raise bad_request("prompt must be a string, a list of strings or token ids", "prompt")
+    requested = _int(body, "max_tokens", 16, 1)
+    top = _int(body, "logprobs", None, 0, 20)
+    return _build(ctx, body, "completion", [(t, t) for t in texts], requested, top)

@@ -1,0 +1,219 @@
+"""Render a `Job` as vLLM/OpenAI response bodies and SSE chunks (compact JSON via orjson).
+
+Streaming follows vLLM: chat streams start with one `delta: {"role": "assistant", "content": ""}` chunk
+per choice, then one chunk per token; the chunk of a choice's last token carries its `finish_reason`;
+with `include_usage` a final `"choices": []` chunk carries the usage, then `data: [DONE]`. Like vLLM
+(which serializes with `exclude_unset`), ordinary chunks have no `usage` key unless
+`continuous_usage_stats` asks for cumulative usage on every chunk.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from eval.sim.requests import Job
+
+DONE = b"data: [DONE]\n\n"
+
+
+def sse(obj: Any) -> bytes:
+    return b"data: " + orjson.dumps(obj) + b"\n\n"
+
+
+def usage(job: Job, completion_tokens: int, cached_tokens: int) -> dict[str, Any]:
+    prompt_tokens = sum(p.pieces_len for p in job.prompts)
+    return {
+        "prompt_tokens": prompt_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+        "completion_tokens": completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": cached_tokens},
+    }
+
+
+def _chat_logprob(token: str, lp: float, alts: list[tuple[str, float]]) -> dict[str, Any]:
+    return {
+        "token": token,
+        "logprob": lp,
+        "bytes": list(token.encode()),
+        "top_logprobs": [{"token": t, "logprob": v, "bytes": list(t.encode())} for t, v in alts],
+    }
+
+
+def _chat_logprobs(job: Job, i: int, start: int, end: int) -> dict[str, Any] | None:
+    if job.top_logprobs is None:
+        return None
+    pieces, lps = job.choices[i].pieces, job.logprobs[i]
+    return {"content": [_chat_logprob(pieces[k], *lps[k]) for k in range(start, end)]}
+
+
+def _completion_logprobs(job: Job, i: int, start: int, end: int, offset: int) -> dict[str, Any] | None:
+    if job.top_logprobs is None:
+        return None
+    pieces, lps = job.choices[i].pieces, job.logprobs[i]
+    tokens = pieces[start:end]
+    offsets = []
+    for t in tokens:
+        offsets.append(offset)
+        offset += len(t)
+    return {
+        "text_offset": offsets,
+        "token_logprobs": [lps[k][0] for k in range(start, end)],
+        "tokens": tokens,
+        "top_logprobs": [dict(lps[k][1]) or {pieces[k]: lps[k][0]} for k in range(start, end)],
+    }
+
+
+def full_response(job: Job, cached_tokens: int) -> bytes:
+    choices: list[dict[str, Any]] = []
+    completion_tokens = 0
+    for i, gen in enumerate(job.choices):
+        completion_tokens += len(gen.pieces)
+        if job.kind == "chat":
+            message: dict[str, Any] = {
+                "role": "assistant",
+                "content": gen.text,
+                "refusal": None,
+                "tool_calls": [],
+            }
+            if gen.tool_call is not None:
+                call = gen.tool_call
+                message["content"] = ""  # vLLM answers a forced tool call with empty content
+                message["tool_calls"] = [
+                    {
+                        "id": call.id,
+                        "type": "function",
+                        "function": {"name": call.name, "arguments": call.arguments},
+                    }
+                ]
+            choices.append(
+                {
+                    "index": i,
+                    "message": message,
+                    "logprobs": _chat_logprobs(job, i, 0, len(gen.pieces)),
+                    "finish_reason": gen.finish_reason,
+                    "stop_reason": None,
+                }
+            )
+        else:
+            choices.append(
+                {
+                    "index": i,
+                    "text": gen.text,
+                    "logprobs": _completion_logprobs(job, i, 0, len(gen.pieces), 0),
+                    "finish_reason": gen.finish_reason,
+                    "stop_reason": None,
+                    "prompt_logprobs": None,
+                }
+            )
+    return orjson.dumps(
+        {
+            "id": job.request_id,
+            "object": "chat.completion" if job.kind == "chat" else "text_completion",
+            "created": job.created,
+            "model": job.model,
+            "choices": choices,
+            "usage": usage(job, completion_tokens, cached_tokens),
+        }
+    )
+
+
+class StreamRenderer:
+    """Chunks for one streamed job; tracks tokens sent per choice for cumulative usage."""
+
+    def __init__(self, job: Job) -> None:
+        self.job = job
+        self.object = "chat.completion.chunk" if job.kind == "chat" else "text_completion"
+        self.sent = [0] * len(job.choices)
+        self._offsets = [0] * len(job.choices)
+        self._total_sent = 0
+
+    def _chunk(self, choice: dict[str, Any], cached_tokens: int) -> bytes:
+        job = self.job
+        obj: dict[str, Any] = {
+            "id": job.request_id,
+            "object": self.object,
+            "created": job.created,
+            "model": job.model,
+            "choices": [choice],
+        }
+        if job.continuous_usage:
+            obj["usage"] = usage(job, self._total_sent, cached_tokens)
+        return sse(obj)
+
+    def head(self) -> list[bytes]:
+        if self.job.kind != "chat":
+            return []
+        return [
+            self._chunk(
+                {
+                    "index": i,
+                    "delta": {"role": "assistant", "content": ""},
+                    "logprobs": None,
+                    "finish_reason": None,
+                },
+                0,
+            )
+            for i in range(len(self.job.choices))
+        ]
+
+    def tokens(self, i: int, upto: int, cached_tokens: int) -> list[bytes]:
+        """Chunks for choice `i`'s tokens not yet sent, up to `upto` emitted tokens."""
+        job, gen = self.job, self.job.choices[i]
+        out: list[bytes] = []
+        last = len(gen.pieces)
+        for k in range(self.sent[i], min(upto, last)):
+            piece = gen.pieces[k]
+            self._total_sent += 1
+            finish = gen.finish_reason if k == last - 1 else None
+            choice: dict[str, Any]
+            if job.kind == "chat":
+                delta: dict[str, Any]
+                if gen.tool_call is not None:
+                    call: dict[str, Any] = {"index": 0, "function": {"arguments": piece}}
+                    if k == 0:
+                        call = {
+                            "index": 0,
+                            "id": gen.tool_call.id,
+                            "type": "function",
+                            "function": {"name": gen.tool_call.name, "arguments": piece},
+                        }
+                    delta = {"tool_calls": [call]}
+                else:
+                    delta = {"content": piece}
+                choice = {
+                    "index": i,
+                    "delta": delta,
+                    "logprobs": _chat_logprobs(job, i, k, k + 1),
+                    "finish_reason": finish,
+                }
+            else:
+                lp = _completion_logprobs(job, i, k, k + 1, self._offsets[i])
+                choice = {"index": i, "text": piece, "logprobs": lp, "finish_reason": finish}
+                self._offsets[i] += len(piece)
+            if finish is not None:
+                choice["stop_reason"] = None
+            out.append(self._chunk(choice, cached_tokens))
+        self.sent[i] = max(self.sent[i], min(upto, last))
+        return out
+
+    def tail(self, cached_tokens: int) -> list[bytes]:
+        job = self.job
+        out: list[bytes] = []
+        if job.include_usage:
+            completion_tokens = sum(len(g.pieces) for g in job.choices)
+            out.append(
+                sse(
+                    {
+                        "id": job.request_id,
+                        "object": self.object,
+                        "created": job.created,
+                        "model": job.model,
+                        "choices": [],
+                        "usage": usage(job, completion_tokens, cached_tokens),
+                    }
+                )
+            )
+        out.append(DONE)
+        return out

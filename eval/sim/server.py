@@ -1,0 +1,337 @@
+"""The simulator's raw ASGI application (no framework: the zero-latency path must stay cheap).
+
+Request flow for `/v1/chat/completions` and `/v1/completions`: read the body, parse it into a `Job` with
+every choice's answer pre-generated (`requests.py`), turn each choice into an engine `Sequence`, then
+- zero-latency profile: `Engine.complete_now` runs each sequence to completion inline and the whole
+  response (or the whole SSE stream) is written at once;
+- otherwise: the `EngineRunner` paces tokens; the handler awaits its `Waiter` and writes each delivered
+  token as an SSE chunk (or the final body), while a watcher task reads the ASGI receive channel so an
+  `http.disconnect` aborts the sequences at once (freeing KV, counting `finished_reason="abort"`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import random
+import time
+from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from eval.sim.embeddings import embeddings_response
+from eval.sim.engine import Engine, Sequence
+from eval.sim.errors import ApiError
+from eval.sim.metrics import CONTENT_TYPE, build_registry, render
+from eval.sim.profile import SimProfile
+from eval.sim.replay import ReplayIndex
+from eval.sim.requests import Context, Job, decode_body, parse_chat, parse_completion
+from eval.sim.responses import StreamRenderer, full_response
+from eval.sim.runner import EngineRunner, Waiter
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+_JSON = (b"content-type", b"application/json")
+_SSE = [(b"content-type", b"text/event-stream; charset=utf-8"), (b"cache-control", b"no-cache")]
+_UNAUTHORIZED = b'{"error":"Unauthorized"}'
+
+
+class ClientGone(Exception):
+    """The client disconnected before the request body was read."""
+
+
+@dataclass(frozen=True, slots=True)
+class SimConfig:
+    profile: SimProfile
+    served_names: tuple[str, ...]
+    api_keys: tuple[str, ...] = ()
+    replay: ReplayIndex | None = None
+    legacy_metrics: bool = True
+
+
+async def _read_body(receive: Receive) -> bytes:
+    chunks: list[bytes] = []
+    while True:
+        msg = await receive()
+        if msg["type"] == "http.disconnect":
+            raise ClientGone
+        chunks.append(msg.get("body", b""))
+        if not msg.get("more_body", False):
+            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+async def _respond(
+    send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]] | None = None
+) -> None:
+    hdrs = [_JSON, (b"content-length", str(len(body)).encode())]
+    if headers:
+        hdrs.extend(headers)
+    await send({"type": "http.response.start", "status": status, "headers": hdrs})
+    await send({"type": "http.response.body", "body": body})
+
+
+class SimApp:
+    def __init__(self, config: SimConfig) -> None:
+        self.config = config
+        profile = config.profile
+        self.engine = Engine(profile)
+        self.registry = build_registry(self.engine, config.served_names[0], config.legacy_metrics)
+        self.ctx = Context(
+            profile=profile,
+            served_names=config.served_names,
+            replay=config.replay,
+            rng=random.Random(profile.seed),
+            id_prefix=os.urandom(4).hex(),
+        )
+        self.instant = profile.is_instant
+        self.in_flight = 0
+        self.created = int(time.time())
+        self._auth = {f"Bearer {k}".encode() for k in config.api_keys}
+        self._runner: EngineRunner | None = None
+        self._routes: dict[tuple[str, str], Callable[[Scope, Receive, Send], Awaitable[None]]] = {
+            ("POST", "/v1/chat/completions"): self._chat,
+            ("POST", "/v1/completions"): self._completions,
+            ("POST", "/v1/embeddings"): self._embeddings,
+            ("GET", "/v1/models"): self._models,
+            ("GET", "/health"): self._health,
+            ("GET", "/metrics"): self._metrics,
+            ("GET", "/load"): self._load,
+        }
+        self._paths = {path for _, path in self._routes}
+
+    @property
+    def runner(self) -> EngineRunner:
+        if self._runner is None:  # first request before/without lifespan (e.g. a test transport)
+            self._runner = EngineRunner(self.engine)
+            self._runner.start()
+        return self._runner
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind == "http":
+            await self._http(scope, receive, send)
+        elif kind == "lifespan":
+            await self._lifespan(receive, send)
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            msg = await receive()
+            if msg["type"] == "lifespan.startup":
+                _ = self.runner
+                await send({"type": "lifespan.startup.complete"})
+            elif msg["type"] == "lifespan.shutdown":
+                if self._runner is not None:
+                    await self._runner.stop()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path: str = scope["path"]
+        method: str = scope["method"]
+        handler = self._routes.get((method, path))
+        if handler is None:
+            status, detail = (405, b"Method Not Allowed") if path in self._paths else (404, b"Not Found")
+            await _respond(send, status, b'{"detail":"' + detail + b'"}')
+            return
+        if self._auth and path.startswith("/v1") and not self._authorized(scope):
+            await _respond(send, 401, _UNAUTHORIZED)
+            return
+        try:
+            await handler(scope, receive, send)
+        except ClientGone:
+            return
+
+    def _authorized(self, scope: Scope) -> bool:
+        for name, value in scope["headers"]:
+            if name == b"authorization":
+                return bytes(value) in self._auth
+        return False
+
+    # --- simple endpoints -------------------------------------------------------------------------
+    async def _health(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"0")]})
+        await send({"type": "http.response.body", "body": b""})
+
+    async def _metrics(self, scope: Scope, receive: Receive, send: Send) -> None:
+        body = render(self.registry)
+        hdrs = [(b"content-type", CONTENT_TYPE), (b"content-length", str(len(body)).encode())]
+        await send({"type": "http.response.start", "status": 200, "headers": hdrs})
+        await send({"type": "http.response.body", "body": body})
+
+    async def _load(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await _respond(send, 200, orjson.dumps({"server_load": self.in_flight}))
+
+    async def _models(self, scope: Scope, receive: Receive, send: Send) -> None:
+        root = self.config.served_names[0]
+        data = [
+            {
+                "id": name,
+                "object": "model",
+                "created": self.created,
+                "owned_by": "vllm",
+                "root": root,
+                "parent": None,
+                "max_model_len": self.config.profile.max_model_len,
+                "permission": [
+                    {
+                        "id": f"modelperm-{self.ctx.id_prefix}{i}",
+                        "object": "model_permission",
+                        "created": self.created,
+                        "allow_create_engine": False,
+                        "allow_sampling": True,
+                        "allow_logprobs": True,
+                        "allow_search_indices": False,
+                        "allow_view": True,
+                        "allow_fine_tuning": False,
+                        "organization": "*",
+                        "group": None,
+                        "is_blocking": False,
+                    }
+                ],
+            }
+            for i, name in enumerate(self.config.served_names)
+        ]
+        await _respond(send, 200, orjson.dumps({"object": "list", "data": data}))
+
+    async def _embeddings(self, scope: Scope, receive: Receive, send: Send) -> None:
+        raw = await _read_body(receive)
+        try:
+            body, tokens = embeddings_response(self.ctx, decode_body(raw))
+        except ApiError as exc:
+            await _respond(send, exc.status, exc.body())
+            return
+        self.engine.stats.prompt_tokens += tokens
+        await _respond(send, 200, body)
+
+    # --- generation -------------------------------------------------------------------------------
+    async def _chat(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self._generate(receive, send, parse_chat)
+
+    async def _completions(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self._generate(receive, send, parse_completion)
+
+    async def _generate(
+        self, receive: Receive, send: Send, parse: Callable[[Context, dict[str, Any]], Job]
+    ) -> None:
+        raw = await _read_body(receive)
+        try:
+            job = parse(self.ctx, decode_body(raw))
+        except ApiError as exc:
+            await _respond(send, exc.status, exc.body())
+            return
+        extra: list[tuple[bytes, bytes]] = []
+        if job.replay_hit is not None:
+            extra.append((b"x-sim-replay", b"hit" if job.replay_hit else b"miss"))
+        now = asyncio.get_running_loop().time()
+        seqs = [
+            Sequence(
+                job.prompts[i // job.n].pieces_len,
+                job.prompts[i // job.n].hashes,
+                max(1, len(gen.pieces)),
+                gen.engine_reason,
+                now,
+            )
+            for i, gen in enumerate(job.choices)
+        ]
+        self.in_flight += 1
+        try:
+            if self.instant:
+                await self._generate_instant(send, job, seqs, now, extra)
+            else:
+                await self._generate_paced(receive, send, job, seqs, extra)
+        finally:
+            self.in_flight -= 1
+
+    @staticmethod
+    def _cached(job: Job, seqs: list[Sequence]) -> int:
+        # Usage reports the prompt's cache hits once per prompt (its first choice), not per choice.
+        return sum(seqs[p * job.n].cached_tokens for p in range(len(job.prompts)))
+
+    async def _generate_instant(
+        self, send: Send, job: Job, seqs: list[Sequence], now: float, extra: list[tuple[bytes, bytes]]
+    ) -> None:
+        for seq in seqs:
+            self.engine.complete_now(seq, now)
+        cached = self._cached(job, seqs)
+        if not job.stream:
+            await _respond(send, 200, full_response(job, cached), extra)
+            return
+        renderer = StreamRenderer(job)
+        parts = renderer.head()
+        for i, gen in enumerate(job.choices):
+            parts.extend(renderer.tokens(i, len(gen.pieces), cached))
+        parts.extend(renderer.tail(cached))
+        await send({"type": "http.response.start", "status": 200, "headers": _SSE + extra})
+        await send({"type": "http.response.body", "body": b"".join(parts)})
+
+    async def _generate_paced(
+        self, receive: Receive, send: Send, job: Job, seqs: list[Sequence], extra: list[tuple[bytes, bytes]]
+    ) -> None:
+        runner = self.runner
+        waiter = runner.submit(seqs)
+        watcher = asyncio.get_running_loop().create_task(self._watch_disconnect(receive, waiter))
+        try:
+            if job.stream:
+                await self._stream(send, job, seqs, waiter, watcher, extra)
+                return
+            while not waiter.done:
+                await waiter.wait()
+            if waiter.aborted:
+                return
+            watcher.cancel()  # before the final send: afterwards receive() reports a disconnect
+            await _respond(send, 200, full_response(job, self._cached(job, seqs)), extra)
+        finally:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
+            if not waiter.done:  # handler cancelled (server shutdown): free the engine's work
+                runner.abort(waiter)
+
+    async def _stream(
+        self,
+        send: Send,
+        job: Job,
+        seqs: list[Sequence],
+        waiter: Waiter,
+        watcher: asyncio.Task[None],
+        extra: list[tuple[bytes, bytes]],
+    ) -> None:
+        renderer = StreamRenderer(job)
+        started = False
+        while True:
+            await waiter.wait()
+            if waiter.aborted:
+                return
+            cached = self._cached(job, seqs)
+            parts: list[bytes] = []
+            if not started:
+                # Like vLLM, headers and the role chunk go out with the first token, not before.
+                await send({"type": "http.response.start", "status": 200, "headers": _SSE + extra})
+                parts.extend(renderer.head())
+                started = True
+            for i, count in enumerate(waiter.emitted):
+                parts.extend(renderer.tokens(i, count, cached))
+            if waiter.done:
+                parts.extend(renderer.tail(cached))
+                watcher.cancel()
+                await send({"type": "http.response.body", "body": b"".join(parts)})
+                return
+            if parts:
+                await send({"type": "http.response.body", "body": b"".join(parts), "more_body": True})
+
+    async def _watch_disconnect(self, receive: Receive, waiter: Waiter) -> None:
+        while True:
+            msg = await receive()
+            if msg["type"] == "http.disconnect":
+                self.runner.abort(waiter)
+                return
+
+
+def build_app(config: SimConfig) -> SimApp:
+    return SimApp(config)
