@@ -1,0 +1,255 @@
+"""The limiter contract: configuration models, plain request/decision data and the `Limiter` protocol.
+
+Vocabulary
+- level: where a limit applies - `key`, `app`, `org`, `global`, `pool`. `org`, `global` and `pool`
+  are *shared* levels: when they run hot, premium traffic keeps `premium_reserved_share` of them
+  (standard traffic sees `limit * (1 - share)`; premium sees the whole limit).
+- dimension: what is counted - `requests`, `input_tokens`, `output_tokens`, `tokens` (input+output),
+  `concurrent` (slots held while a request runs), `tokens_day` / `tokens_month` (quotas).
+- window: per-minute dimensions use a sliding window of `SUB_WINDOWS` sub-windows; quotas use the
+  UTC calendar day / month; `concurrent` has no window (slots are leases).
+
+A request is admitted all-or-nothing at every (level, dimension) that applies, reserving
+`cost` (input estimate + max output tokens). Settlement replaces the reservation with the usage the
+pool reported. Reservations and concurrency slots are leases (`lease_s`): a gateway that dies
+without settling leaks nothing for longer than one lease.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Literal, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+# Per-minute windows slide in 5 s steps: a refused request learns its Retry-After to within 5 s,
+# and each check reads 12 sub-window counters per (level, dimension).
+WINDOW_S = 60
+SUB_WINDOWS = 12
+
+
+class Level(StrEnum):
+    KEY = "key"
+    APP = "app"
+    ORG = "org"
+    GLOBAL = "global"
+    POOL = "pool"
+
+
+SHARED_LEVELS = frozenset({Level.ORG, Level.GLOBAL, Level.POOL})
+
+
+class Dimension(StrEnum):
+    REQUESTS = "requests"
+    INPUT_TOKENS = "input_tokens"
+    OUTPUT_TOKENS = "output_tokens"
+    TOKENS = "tokens"
+    CONCURRENT = "concurrent"
+    TOKENS_DAY = "tokens_day"
+    TOKENS_MONTH = "tokens_month"
+
+
+class Window(StrEnum):
+    MINUTE = "minute"  # sliding, SUB_WINDOWS sub-windows of WINDOW_S / SUB_WINDOWS seconds
+    DAY = "day"  # UTC calendar day
+    MONTH = "month"  # UTC calendar month
+    NONE = "none"  # concurrency: leases only
+
+
+WINDOW_OF: dict[Dimension, Window] = {
+    Dimension.REQUESTS: Window.MINUTE,
+    Dimension.INPUT_TOKENS: Window.MINUTE,
+    Dimension.OUTPUT_TOKENS: Window.MINUTE,
+    Dimension.TOKENS: Window.MINUTE,
+    Dimension.CONCURRENT: Window.NONE,
+    Dimension.TOKENS_DAY: Window.DAY,
+    Dimension.TOKENS_MONTH: Window.MONTH,
+}
+
+# Config field name -> dimension.
+FIELD_DIMENSION: dict[str, Dimension] = {
+    "requests_per_min": Dimension.REQUESTS,
+    "input_tokens_per_min": Dimension.INPUT_TOKENS,
+    "output_tokens_per_min": Dimension.OUTPUT_TOKENS,
+    "tokens_per_min": Dimension.TOKENS,
+    "concurrent": Dimension.CONCURRENT,
+    "tokens_per_day": Dimension.TOKENS_DAY,
+    "tokens_per_month": Dimension.TOKENS_MONTH,
+}
+
+Priority = Literal["standard", "premium"]
+
+
+# -- configuration (part of the policy YAML; frozen, unknown keys rejected) ----------------------
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+LimitName = Literal[
+    "requests_per_min",
+    "input_tokens_per_min",
+    "output_tokens_per_min",
+    "tokens_per_min",
+    "concurrent",
+    "tokens_per_day",
+    "tokens_per_month",
+]
+
+
+class LevelLimits(_Frozen):
+    """Limits of one level; unset = unlimited. Names in `shadow` are counted and reported, never enforced."""
+
+    requests_per_min: int | None = Field(None, ge=0)
+    input_tokens_per_min: int | None = Field(None, ge=0)
+    output_tokens_per_min: int | None = Field(None, ge=0)
+    tokens_per_min: int | None = Field(None, ge=0, description="input + output tokens per minute")
+    concurrent: int | None = Field(None, ge=0, description="requests in flight at once")
+    tokens_per_day: int | None = Field(None, ge=0, description="UTC calendar day quota, input + output")
+    tokens_per_month: int | None = Field(None, ge=0, description="UTC calendar month quota, input + output")
+    shadow: frozenset[LimitName] = frozenset()
+
+    def merged(self, override: LevelLimits | None) -> LevelLimits:
+        """`override`'s explicitly set fields win over ours."""
+        if override is None:
+            return self
+        data = self.model_dump()
+        data.update(override.model_dump(exclude_unset=True))
+        return LevelLimits.model_validate(data)
+
+    def items(self) -> list[tuple[Dimension, int, bool]]:
+        """(dimension, limit, shadow) for every limit that is set."""
+        out = []
+        for name, dim in FIELD_DIMENSION.items():
+            value = getattr(self, name)
+            if value is not None:
+                out.append((dim, int(value), name in self.shadow))
+        return out
+
+
+class TierLimits(_Frozen):
+    priority: Priority = "standard"
+    key: LevelLimits = LevelLimits()
+    app: LevelLimits = LevelLimits()
+    org: LevelLimits = LevelLimits()
+
+
+class LimitsConfig(_Frozen):
+    backend: Literal["memory", "redis"] = Field(
+        "memory", description="memory: one process only (the embedded default); redis: shared by all replicas"
+    )
+    on_backend_error: Literal["fail_open", "fail_closed"] = Field(
+        "fail_open",
+        description="Redis unreachable: fail_open = local approximate limiter per replica; fail_closed = 503",
+    )
+    lease_s: float = Field(30.0, gt=0, le=3600, description="reservation / concurrency-slot lease")
+    stream_chunk_tokens: int = Field(
+        256, ge=1, description="output tokens reserved at a time for streams without a client max_tokens"
+    )
+    premium_reserved_share: float = Field(
+        0.0, ge=0, lt=1, description="share of shared levels (org, global, pool) only premium may use"
+    )
+    global_: LevelLimits = Field(LevelLimits(), alias="global")
+    pools: dict[str, LevelLimits] = {}
+    tiers: dict[str, TierLimits] = {"standard": TierLimits()}
+    key_prefix: str = Field("llmgw", pattern=r"^[A-Za-z0-9_.-]{1,32}$", description="Redis key prefix")
+
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+
+# -- per-request data -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Tenant:
+    """Who is asking: a key of an app of an org, with its tier and per-level overrides."""
+
+    key_id: str
+    app: str
+    org: str
+    tier: str
+    priority: Priority = "standard"
+    key_limits: LevelLimits | None = None
+    app_limits: LevelLimits | None = None
+    org_limits: LevelLimits | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """One enforced (or shadowed) limit: `limit` of `dimension` at `level` for `scope`."""
+
+    level: Level
+    scope: str  # key id, app id (org/app), org name, "*" for global, pool name
+    dimension: Dimension
+    limit: int
+    shadow: bool = False
+    reserved_share: float = 0.0  # only on shared levels
+
+    def effective_limit(self, priority: Priority) -> int:
+        if priority == "premium" or self.reserved_share <= 0:
+            return self.limit
+        return int(self.limit * (1.0 - self.reserved_share))
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    request_id: str
+    rules: tuple[Rule, ...]
+    cost: Mapping[Dimension, int]  # requests=1, input_tokens, output_tokens, tokens (=in+out), ...
+    priority: Priority = "standard"
+
+
+@dataclass(frozen=True, slots=True)
+class RuleState:
+    """A rule's state after a decision, for headers and 429 messages."""
+
+    rule: Rule
+    remaining: int
+    reset_s: float  # seconds until the window is back to its full allowance
+
+
+@dataclass(slots=True)
+class Reservation:
+    """What an admitted request holds; backends keep their own bookkeeping in `token`."""
+
+    request_id: str
+    rules: tuple[Rule, ...]
+    reserved: dict[Dimension, int]
+    priority: Priority
+    token: str = ""  # backend-specific (e.g. admission sub-window and lease id)
+    admitted_at: float = 0.0  # server clock, seconds
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    allowed: bool
+    reservation: Reservation | None
+    states: tuple[RuleState, ...] = ()
+    refused_by: Rule | None = None
+    retry_after_s: float = 0.0
+    shadow_refusals: tuple[Rule, ...] = ()  # shadow rules that would have refused
+    degraded: bool = False  # decided by the fail-open local limiter, not the shared backend
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+class Limiter(Protocol):
+    """The contract every backend implements (and the contract tests check)."""
+
+    async def admit(self, admission: Admission) -> Decision: ...
+
+    async def top_up(self, reservation: Reservation, extra: Mapping[Dimension, int]) -> bool:
+        """Reserve more (all or nothing across every rule); on success `reservation.reserved` grows."""
+        ...
+
+    async def settle(self, reservation: Reservation, used: Mapping[Dimension, int]) -> None:
+        """Replace the reservation by real usage at every rule and release the concurrency slot."""
+        ...
+
+    async def renew(self, reservations: Sequence[Reservation]) -> None:
+        """Extend the leases of requests still running (called periodically, batched)."""
+        ...
+
+    async def close(self) -> None: ...
