@@ -29,8 +29,8 @@ test: $(STAMP) check
 check: lint typecheck
 
 lint: $(STAMP)
-	$(BIN)/ruff check gateway eval tests
-	$(BIN)/ruff format --check gateway eval tests
+	$(BIN)/ruff check gateway eval ratelimit tests scripts
+	$(BIN)/ruff format --check gateway eval ratelimit tests scripts
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
@@ -48,9 +48,11 @@ e2e: $(STAMP)
 fuzz: $(STAMP)
 	$(BIN)/python scripts/fuzz.py --max-examples $(FUZZ_EXAMPLES)
 
-## bench-overhead: gateway-added latency and throughput vs the simulator directly (a report, not a test)
+BENCH_ARGS ?=
+## bench-overhead: gateway-added latency, throughput and RSS vs the simulator directly (a report, not a test; ~80 s)
 bench-overhead: $(STAMP)
-	$(BIN)/python -m eval.bench_overhead
+	@command -v wrk >/dev/null 2>&1 || echo "note: wrk not found (apt-get install -y wrk); throughput falls back to the Python client"
+	$(BIN)/python -m eval.bench_overhead $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache bench-results .run

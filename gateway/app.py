@@ -45,7 +45,7 @@ from gateway.openapi import (
     ModelCard,
     ModelList,
 )
-from gateway.relay import Receive, Relay, Scope, Send, request_id_of, send_error
+from gateway.relay import Receive, Relay, RequestIds, Scope, Send, send_error
 from gateway.settings import Settings
 from gateway.upstream import PoolClient, new_session
 
@@ -91,6 +91,7 @@ class GatewayApp:
         self.settings = settings
         self.runtime: _Runtime | None = None
         self.started_at = time.time()
+        self.ids = RequestIds()
         self.api = self._build_api()
 
     @asynccontextmanager
@@ -115,14 +116,14 @@ class GatewayApp:
             if kind is not None and scope["method"] == "POST":
                 await self.relay_request(kind, scope, receive, send)
                 return
-            send = _with_request_id(send, request_id_of(scope))
+            send = _with_request_id(send, self.ids.of(scope))
         await self.api(scope, receive, send)
 
     async def relay_request(self, kind: Kind, scope: Scope, receive: Receive, send: Send) -> None:
         rt = self.runtime
         if rt is None or rt.draining:
             err = UpstreamUnavailableError("the gateway is starting or shutting down")
-            await send_error(send, err, request_id_of(scope))
+            await send_error(send, err, self.ids.of(scope))
             return
         await rt.relay.handle(kind, scope, receive, send)
 

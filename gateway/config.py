@@ -14,6 +14,8 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from ratelimit.model import LevelLimits, LimitsConfig
+
 Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$")]
 PoolName = Annotated[str, Field(pattern=r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")]
 Endpoint = Literal["chat", "completions", "embeddings"]
@@ -90,12 +92,52 @@ class SloClass(_Frozen):
         return self
 
 
+class AppConfig(_Frozen):
+    name: Name
+    limits: LevelLimits | None = Field(None, description="overrides of the tier's app-level limits")
+
+
+class OrgConfig(_Frozen):
+    name: Name
+    limits: LevelLimits | None = Field(None, description="overrides of the tier's org-level limits")
+    apps: list[AppConfig] = []
+
+
+class StaticKey(_Frozen):
+    """A key declared in the policy (small deployments). Only its SHA-256 is written down."""
+
+    id: Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
+    sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$", description="hex SHA-256 of the full key")]
+    org: Name
+    app: Name
+    tier: str = "standard"
+    models: frozenset[str] = Field(frozenset(), description="aliases this key may call; empty = all")
+    limits: LevelLimits | None = Field(None, description="overrides of the tier's key-level limits")
+
+
+class Tenancy(_Frozen):
+    auth: Literal["required", "disabled"] = Field(
+        "required", description="disabled: every request is the anonymous tenant (trusted networks only)"
+    )
+    store: Literal["memory", "redis"] = Field(
+        "memory", description="where keys created by `llmgw keys` / the admin API live"
+    )
+    cache_ttl_s: float = Field(
+        5.0, gt=0, le=5.0, description="key lookups are cached this long (revocation delay)"
+    )
+    anonymous_tier: str = "standard"
+    orgs: list[OrgConfig] = []
+    keys: list[StaticKey] = []
+
+
 class Policy(_Frozen):
     """The whole policy file."""
 
     pools: list[Pool] = Field(min_length=1)
     models: list[Model] = Field(min_length=1)
     slo_classes: dict[Name, SloClass] = {}
+    limits: LimitsConfig = LimitsConfig()
+    tenancy: Tenancy = Tenancy()
 
     def pool(self, name: str) -> Pool:
         for p in self.pools:
@@ -126,6 +168,28 @@ def _references(policy: Policy) -> list[tuple[tuple[str | int, ...], str]]:
             )
         if m.slo_class is not None and m.slo_class not in policy.slo_classes:
             problems.append((("models", i, "slo_class"), f"unknown SLO class '{m.slo_class}'"))
+    tiers = set(policy.limits.tiers)
+    for name in policy.limits.pools:
+        if name not in pool_names:
+            problems.append((("limits", "pools", name), f"unknown pool '{name}'"))
+    if policy.tenancy.anonymous_tier not in tiers:
+        problems.append((("tenancy", "anonymous_tier"), f"unknown tier '{policy.tenancy.anonymous_tier}'"))
+    key_ids: set[str] = set()
+    for i, k in enumerate(policy.tenancy.keys):
+        if k.tier not in tiers:
+            problems.append(
+                (("tenancy", "keys", i, "tier"), f"unknown tier '{k.tier}' (tiers: {sorted(tiers)})")
+            )
+        for alias in sorted(k.models - model_names):
+            problems.append((("tenancy", "keys", i, "models"), f"unknown model '{alias}'"))
+        if k.id in key_ids:
+            problems.append((("tenancy", "keys", i, "id"), f"duplicate key id '{k.id}'"))
+        key_ids.add(k.id)
+    org_names: set[str] = set()
+    for i, o in enumerate(policy.tenancy.orgs):
+        if o.name in org_names:
+            problems.append((("tenancy", "orgs", i, "name"), f"duplicate org '{o.name}'"))
+        org_names.add(o.name)
     return problems
 
 

@@ -19,4 +19,7 @@ class Settings(BaseSettings):
     log_level: str = "info"
     max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024, description="larger request bodies get 413")
     upstream_pool_size: int = Field(1024, ge=1, description="max pooled connections per process")
+    gc_threshold: tuple[int, int, int] = Field(
+        (20000, 10, 10), description="gc.set_threshold after start-up (see docs/design/003)"
+    )
     drain_seconds: float = Field(30.0, ge=0, description="graceful shutdown window on SIGTERM")
