@@ -1,6 +1,6 @@
 """The `llmgw` command.
 
-`gateway` owns `serve` and `config`; other packages contribute subcommands through the
+`gateway` owns `serve`, `config` and `keys`; other packages contribute subcommands through the
 `llmgw.commands` entry-point group, loaded only when that subcommand is asked for, so that
 `llmgw serve` never imports evaluation code (design §2).
 """
@@ -68,11 +68,41 @@ def _config_schema(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_keys(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("keys", help="manage tenant API keys (through a running gateway's admin API)")
+    ksub = p.add_subparsers(dest="keys_command", required=True)
+    remote = argparse.ArgumentParser(add_help=False)
+    remote.add_argument("--url", help="gateway base URL (default: $LLMGW_URL or http://127.0.0.1:8080)")
+    remote.add_argument("--admin-key", help="admin key (default: $LLMGW_ADMIN_KEY; prefer the env var)")
+    create = ksub.add_parser("create", parents=[remote], help="create a key and print it (shown only once)")
+    create.add_argument("--org", required=True)
+    create.add_argument("--app", required=True)
+    create.add_argument("--tier", default="standard", help="a tier of limits.tiers (default: standard)")
+    create.add_argument("--models", help="comma-separated aliases the key may call (default: all)")
+    create.add_argument("--id", help="key id (default: generated)")
+    create.add_argument("--json", action="store_true", help="print the whole response as JSON")
+    lst = ksub.add_parser("list", parents=[remote], help="list keys (never their plaintext)")
+    lst.add_argument("--json", action="store_true")
+    revoke = ksub.add_parser("revoke", parents=[remote], help="revoke a key by id")
+    revoke.add_argument("id")
+    hsh = ksub.add_parser("hash", help="print the SHA-256 of a key, for tenancy.keys (offline)")
+    hsh.add_argument("key", nargs="?", help="the key; '-' or absent: read it from stdin")
+    ksub.add_parser("generate", help="print a new key and its SHA-256 (offline)")
+    p.set_defaults(func=_keys)
+
+
+def _keys(args: argparse.Namespace) -> int:
+    from gateway.keys_cli import run
+
+    return run(args)
+
+
 def build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="llmgw", description="Production LLM gateway")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_serve(sub)
     _add_config(sub)
+    _add_keys(sub)
     plugins = _plugin_commands()
     wanted = argv[0] if argv else None
     for name, ep in sorted(plugins.items()):

@@ -102,6 +102,14 @@ class UnsupportedMediaTypeError(GatewayError):
     default_code = "unsupported_media_type"
 
 
+class ConflictError(GatewayError):
+    """The request conflicts with existing state (a key id already taken, a config key revoked)."""
+
+    status = 409
+    type = "invalid_request_error"
+    default_code = "conflict"
+
+
 class UnprocessableEntityError(GatewayError):
     status = 422
     type = "invalid_request_error"

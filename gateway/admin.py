@@ -1,0 +1,170 @@
+"""The admin HTTP API for tenant keys (what `llmgw keys` calls).
+
+    POST   /admin/keys            create; 201 with the plaintext key (the only time it is ever shown)
+    GET    /admin/keys            list (store and config keys; a hash prefix, never a key or full hash)
+    DELETE /admin/keys/{key_id}   revoke; 404 unknown id, 409 for keys declared in the policy file
+
+Every call needs `Authorization: Bearer <admin key>`. The admin key is a separate secret from the
+process settings, compared in constant time; tenant keys are never looked at here, so a tenant key can
+never act as an admin key. Without an admin key the API is disabled (403 on every call). Errors are
+`GatewayError`s, which the app renders in the OpenAI error shape.
+"""
+
+from __future__ import annotations
+
+import hmac
+import time
+from collections.abc import Callable, Sequence
+from typing import Annotated, Any
+
+import orjson
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from gateway.config import Name
+from gateway.errors import (
+    AuthenticationError,
+    ConflictError,
+    InvalidRequestError,
+    NotFoundError,
+    PermissionDeniedError,
+)
+from gateway.keys import DuplicateKeyError, KeyRecord, KeyStore, generate_key, hash_key, new_key_id
+from ratelimit.model import LevelLimits
+
+HASH_PREFIX_LEN = 12
+KeyId = Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
+
+
+class CreateKey(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    org: Name
+    app: Name
+    tier: str = "standard"
+    models: list[str] = Field([], description="aliases the key may call; empty = all")
+    limits: LevelLimits | None = Field(None, description="overrides of the tier's key-level limits")
+    id: KeyId | None = Field(None, description="generated when absent")
+
+
+def key_info(record: KeyRecord) -> dict[str, Any]:
+    """A record as the admin API shows it: no full hash (not needed, and one less thing to leak)."""
+    info = record.to_dict()
+    del info["sha256"]
+    return {
+        "object": "api_key",
+        **info,
+        "sha256_prefix": record.sha256[:HASH_PREFIX_LEN],
+        "status": "revoked" if record.revoked else "active",
+    }
+
+
+def build_admin_router(
+    store: KeyStore,
+    admin_key: str | None,
+    tiers: set[str],
+    aliases: set[str],
+    *,
+    static_keys: Sequence[KeyRecord] = (),
+    clock: Callable[[], float] = time.time,
+) -> APIRouter:
+    """`static_keys` are the policy's keys (`gateway.keys.static_records`): listed, never revocable here."""
+    admin_secret = admin_key.encode("utf-8") if admin_key else None
+    static = {r.key_id: r for r in static_keys}
+    if admin_key and hash_key(admin_key) in {r.sha256 for r in static_keys}:
+        raise ValueError("the admin key must not also be a tenant key declared in tenancy.keys")
+
+    async def require_admin(request: Request) -> None:
+        if admin_secret is None:
+            raise PermissionDeniedError(
+                "The admin API is disabled: no admin key is configured (set LLMGW_ADMIN_KEY).",
+                code="admin_api_disabled",
+            )
+        header = request.headers.get("authorization", "")
+        scheme, _, token = header.strip().partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise AuthenticationError(
+                "You didn't provide an admin API key. Use Authorization: Bearer <admin key>.",
+                code="missing_api_key",
+            )
+        # Constant time: the comparison must not tell an attacker how much of the key was right.
+        if not hmac.compare_digest(token.strip().encode("utf-8"), admin_secret):
+            raise AuthenticationError("Incorrect admin API key provided.", code="invalid_admin_key")
+
+    router = APIRouter(prefix="/admin", dependencies=[Depends(require_admin)], include_in_schema=False)
+
+    @router.post("/keys")
+    async def create_key(request: Request) -> JSONResponse:
+        body = await _create_body(request)
+        if body.tier not in tiers:
+            raise InvalidRequestError(
+                f"unknown tier '{body.tier}' (tiers: {sorted(tiers)})", param="tier", code="unknown_tier"
+            )
+        unknown = sorted(set(body.models) - aliases)
+        if unknown:
+            raise InvalidRequestError(
+                f"unknown model(s) {unknown} (models: {sorted(aliases)})",
+                param="models",
+                code="unknown_model",
+            )
+        key_id = body.id or new_key_id()
+        if key_id in static:
+            raise ConflictError(f"key id '{key_id}' is declared in the policy file (tenancy.keys)")
+        key = generate_key()
+        record = KeyRecord(
+            key_id=key_id,
+            sha256=hash_key(key),
+            org=body.org,
+            app=body.app,
+            tier=body.tier,
+            models=frozenset(body.models),
+            limits=body.limits,
+            created_at=clock(),
+            revoked_at=None,
+            source="store",
+        )
+        try:
+            await store.create(record)
+        except DuplicateKeyError as exc:
+            raise ConflictError(str(exc), param="id") from exc
+        # no-store: the one response that carries a plaintext key must not land in any cache.
+        return JSONResponse(
+            {"key": key, **key_info(record)}, status_code=201, headers={"cache-control": "no-store"}
+        )
+
+    @router.get("/keys")
+    async def list_keys() -> JSONResponse:
+        records = [*static.values(), *await store.list()]
+        records.sort(key=lambda r: (r.created_at, r.key_id))
+        return JSONResponse({"object": "list", "data": [key_info(r) for r in records]})
+
+    @router.delete("/keys/{key_id}")
+    async def revoke_key(key_id: str) -> JSONResponse:
+        if key_id in static:
+            raise ConflictError(
+                f"key '{key_id}' is declared in the policy file (tenancy.keys) and cannot be revoked "
+                "through the API: remove it from the policy and restart or roll out the gateway",
+                code="config_key",
+            )
+        if not await store.revoke(key_id):
+            raise NotFoundError(f"no API key with id '{key_id}'", code="key_not_found")
+        return JSONResponse({"object": "api_key", "id": key_id, "revoked": True})
+
+    return router
+
+
+async def _create_body(request: Request) -> CreateKey:
+    # Validated here rather than by FastAPI so that errors name the field in the OpenAI error shape.
+    try:
+        data = orjson.loads(await request.body())
+    except orjson.JSONDecodeError as exc:
+        raise InvalidRequestError(f"the body is not valid JSON: {exc}", code="invalid_json") from exc
+    if not isinstance(data, dict):
+        raise InvalidRequestError("the body must be a JSON object")
+    try:
+        return CreateKey.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        param = ".".join(str(p) for p in err["loc"]) or None
+        raise InvalidRequestError(f"invalid '{param}': {err['msg']}", param=param) from exc
