@@ -8,11 +8,15 @@ up to tens of seconds, TPOT in milliseconds, gateway overhead in tens of microse
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from gateway.config import Policy
+from ratelimit.failover import FailoverStats
 
 TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.45, 0.6, 0.8, 1, 1.5, 2, 3, 5, 7.5, 10, 20, 40, 80)
 TPOT_BUCKETS = (0.002, 0.005, 0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1)
@@ -87,6 +91,30 @@ class Metrics:
             buckets=OVERHEAD_BUCKETS,
             registry=r,
         )
+        self.auth_failures = Counter(
+            "llmgw_auth_failures",
+            "Requests refused by authentication (401/403), by code",
+            ["code"],
+            registry=r,
+        )
+        self.limit_decisions = Counter(
+            "llmgw_ratelimit_decisions",
+            "Limiter outcomes (allowed, degraded = fail-open, refused, shadow_refused) by level, dimension",
+            ["level", "dimension", "outcome"],
+            registry=r,
+        )
+        self.limit_tokens = Counter(
+            "llmgw_ratelimit_tokens",
+            "Tokens reserved at admission / top-up and settled to real usage",
+            ["phase"],
+            registry=r,
+        )
+        self.limiter_latency = Histogram(
+            "llmgw_ratelimit_backend_seconds",
+            "Latency of the limiter's admission call (one Redis round trip with the Redis backend)",
+            buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5),
+            registry=r,
+        )
         self.by_alias: dict[str, AliasMetrics] = {}
         for m in policy.models:
             pool = m.route.pool
@@ -97,3 +125,43 @@ class Metrics:
                 output_tokens=self._tokens.labels(m.name, pool, "output"),
                 inflight=self._inflight.labels(m.name, pool),
             )
+
+
+class FailoverCollector(Collector):
+    """Exports the limiter's fail-open / fail-closed bookkeeping at scrape time."""
+
+    def __init__(self, stats: FailoverStats) -> None:
+        self._stats = stats
+
+    def collect(self) -> Iterator[Metric]:
+        s = self._stats
+        for name, doc, value in (
+            (
+                "llmgw_ratelimit_backend_errors",
+                "Limiter calls that found Redis unavailable",
+                s.backend_errors,
+            ),
+            (
+                "llmgw_ratelimit_fail_open_activations",
+                "Switches to the local fail-open limiter",
+                s.fail_open_activations,
+            ),
+            (
+                "llmgw_ratelimit_degraded_decisions",
+                "Admissions decided by the local limiter",
+                s.degraded_decisions,
+            ),
+            ("llmgw_ratelimit_recoveries", "Returns to exact (Redis) limiting", s.recoveries),
+            ("llmgw_ratelimit_settle_retries", "Background retries of settlements", s.settle_retries),
+            (
+                "llmgw_ratelimit_settle_drops",
+                "Settlements given up (their lease expires instead)",
+                s.settle_drops,
+            ),
+        ):
+            yield CounterMetricFamily(name, doc, value=value)
+        yield GaugeMetricFamily(
+            "llmgw_ratelimit_degraded",
+            "1 while Redis is unavailable (fail-open local or fail-closed)",
+            value=s.degraded,
+        )

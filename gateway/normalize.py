@@ -177,3 +177,52 @@ def prepare(kind: Kind, body: dict[str, Any], model: Model, upstream_model: str)
     return Prepared(
         body=body, alias=model.name, stream=stream, client_usage=bool(include), max_tokens=granted
     )
+
+
+_PER_MESSAGE = 8  # role markers and separators a chat template adds around each message
+
+
+def _text_bytes(content: Any) -> int:
+    if isinstance(content, str):
+        return len(content.encode())
+    if isinstance(content, list):
+        n = 0
+        for part in content:
+            if isinstance(part, dict):
+                text = part.get("text")
+                n += len(text.encode()) if isinstance(text, str) else 1024  # images, audio: a flat allowance
+            elif isinstance(part, str):
+                n += len(part.encode())
+            elif isinstance(part, int):
+                n += 1
+            elif isinstance(part, list):
+                n += len(part)
+        return n
+    return 0
+
+
+def estimate_input_tokens(kind: Kind, body: dict[str, Any], bytes_per_token: float) -> int:
+    """An upper bound of the prompt's tokens, cheap to compute (no tokenizer on the hot path).
+
+    Token-id prompts are counted exactly; text is `bytes / bytes_per_token`; chat adds a per-message
+    allowance for the template plus the serialized tools, which the template renders into the prompt.
+    """
+    if kind is Kind.CHAT:
+        n_bytes = 0
+        messages = body.get("messages") or []
+        for m in messages:
+            if isinstance(m, dict):
+                n_bytes += _text_bytes(m.get("content"))
+                calls = m.get("tool_calls")
+                if calls:
+                    n_bytes += len(orjson.dumps(calls))
+        tools = body.get("tools")
+        if tools:
+            n_bytes += len(orjson.dumps(tools))
+        return int(n_bytes / bytes_per_token) + 1 + _PER_MESSAGE * (len(messages) + 1)
+    prompt = body.get("prompt" if kind is Kind.COMPLETIONS else "input")
+    if isinstance(prompt, list) and prompt and all(isinstance(p, int) for p in prompt):
+        return len(prompt)
+    if isinstance(prompt, list) and prompt and all(isinstance(p, list) for p in prompt):
+        return sum(len(p) for p in prompt)
+    return int(_text_bytes(prompt) / bytes_per_token) + 1 + _PER_MESSAGE

@@ -110,4 +110,4 @@ def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
     return {s: {"model": ErrorResponse, "description": "OpenAI-shaped error"} for s in statuses}
 
 
-RELAY_ERRORS = error_responses(400, 404, 413, 429, 500, 502, 503, 504)
+RELAY_ERRORS = error_responses(400, 401, 403, 404, 413, 429, 500, 502, 503, 504)

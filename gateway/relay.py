@@ -27,18 +27,22 @@ from typing import Any
 import aiohttp
 import orjson
 
+from gateway.admission import Admissions, Ticket
+from gateway.auth import Authenticator
 from gateway.config import Model, Policy
 from gateway.errors import (
+    AuthenticationError,
     GatewayError,
     InvalidRequestError,
     ModelNotFoundError,
+    PermissionDeniedError,
     RequestTooLargeError,
     UpstreamError,
     UpstreamTimeoutError,
     from_upstream,
 )
 from gateway.metrics import AliasMetrics, Metrics
-from gateway.normalize import Kind, alias_of, parse_body, prepare
+from gateway.normalize import Kind, alias_of, estimate_input_tokens, parse_body, prepare
 from gateway.sse import DONE, SSESplitter
 from gateway.upstream import PoolClient, classify
 
@@ -101,15 +105,18 @@ class Route:
 
 
 class _Request:
-    """Per-request bookkeeping shared with the disconnect watcher."""
+    """Per-request bookkeeping shared with the disconnect watcher, and the usage to settle."""
 
-    __slots__ = ("task", "finished", "client_gone", "watcher")
+    __slots__ = ("task", "finished", "client_gone", "watcher", "usage_in", "usage_out", "reported")
 
     def __init__(self) -> None:
         self.task = asyncio.current_task()
         self.finished = False
         self.client_gone = False
         self.watcher: asyncio.Future[Message] | None = None
+        self.usage_in = 0
+        self.usage_out = 0
+        self.reported = False  # usage came from the pool (else it is the gateway's own count)
 
     def watch(self, receive: Receive) -> None:
         self.watcher = asyncio.ensure_future(receive())
@@ -128,6 +135,23 @@ class _Request:
         if self.watcher is not None and not self.watcher.done():
             self.watcher.cancel()
 
+    def record(self, usage: Any) -> None:
+        if isinstance(usage, dict):
+            pt, ct = usage.get("prompt_tokens"), usage.get("completion_tokens")
+            self.usage_in = pt if isinstance(pt, int) else 0
+            self.usage_out = ct if isinstance(ct, int) else 0
+            self.reported = True
+
+
+def _headers_of(scope: Scope) -> tuple[bytes | None, bytes | None]:
+    auth = api_key = None
+    for name, value in scope["headers"]:
+        if name == b"authorization":
+            auth = value
+        elif name == b"api-key":
+            api_key = value
+    return auth, api_key
+
 
 class Relay:
     def __init__(
@@ -137,6 +161,8 @@ class Relay:
         session: aiohttp.ClientSession,
         metrics: Metrics,
         max_body_bytes: int,
+        auth: Authenticator,
+        admissions: Admissions,
     ) -> None:
         self._routes = {
             m.name: Route(model=m, pool=pools[m.route.pool], metrics=metrics.by_alias[m.name])
@@ -145,6 +171,9 @@ class Relay:
         self._session = session
         self._metrics = metrics
         self._max_body = max_body_bytes
+        self._auth = auth
+        self._admissions = admissions
+        self._bytes_per_token = policy.limits.input_bytes_per_token
         self.ids = RequestIds()
 
     async def _read_body(self, scope: Scope, receive: Receive) -> bytes:
@@ -178,12 +207,19 @@ class Relay:
         rid = self.ids.of(scope)
         req = _Request()
         route: Route | None = None
+        ticket: Ticket | None = None
         status = 500
         stream = False
         try:
             raw = await self._read_body(scope, receive)
             body = parse_body(raw)
             alias = alias_of(body)
+            auth, api_key = _headers_of(scope)
+            try:
+                principal = await self._auth.authenticate(auth, alias, api_key=api_key)
+            except (AuthenticationError, PermissionDeniedError) as err:
+                self._metrics.auth_failures.labels(str(err.code)).inc()
+                raise
             route = self._routes.get(alias)
             if route is None:
                 raise ModelNotFoundError(
@@ -193,16 +229,33 @@ class Relay:
                 raise InvalidRequestError(
                     f"the model '{alias}' does not support the {kind.value} endpoint", param="model"
                 )
+            client_max = body.get("max_completion_tokens", body.get("max_tokens"))
             prep = prepare(kind, body, route.model, route.pool.config.model)
             stream = prep.stream
+            n = body.get("n") or 1
+            granted = (prep.max_tokens or 0) * n
+            topup = stream and client_max is None
+            if topup:
+                # Meter the stream as it runs (vLLM: cumulative usage on every chunk).
+                body["stream_options"]["continuous_usage_stats"] = True
+            ticket = await self._admissions.admit(
+                rid.decode(),
+                principal.tenant,
+                route.pool.config.name,
+                estimate_input_tokens(kind, body, self._bytes_per_token),
+                granted,
+                topup,
+            )
             payload = orjson.dumps(prep.body)
             req.watch(receive)
             route.metrics.inflight.inc()
             try:
                 if stream:
-                    status = await self._stream(route, kind, payload, rid, prep.client_usage, send, req, t0)
+                    status = await self._stream(
+                        route, kind, payload, rid, prep.client_usage, send, req, t0, ticket, n
+                    )
                 else:
-                    status = await self._unary(route, kind, payload, rid, send, req, t0)
+                    status = await self._unary(route, kind, payload, rid, send, req, t0, ticket)
             finally:
                 route.metrics.inflight.dec()
         except GatewayError as err:
@@ -219,6 +272,12 @@ class Relay:
             status = 499
         finally:
             req.done()
+            if ticket is not None:
+                if not req.reported and req.usage_out == 0 and status != 499:
+                    req.usage_in = 0  # the pool failed before doing work it reported
+                elif not req.reported:
+                    req.usage_in = ticket.input_estimate  # the client left: the prompt was processed
+                self._admissions.settle(ticket, req.usage_in, req.usage_out)
             model = route.model.name if route else "-"
             pool = route.pool.config.name if route else "-"
             if status == 499 and route is not None:
@@ -234,7 +293,15 @@ class Relay:
         return err
 
     async def _unary(
-        self, route: Route, kind: Kind, payload: bytes, rid: bytes, send: Send, req: _Request, t0: float
+        self,
+        route: Route,
+        kind: Kind,
+        payload: bytes,
+        rid: bytes,
+        send: Send,
+        req: _Request,
+        t0: float,
+        ticket: Ticket,
     ) -> int:
         pool = route.pool
         headers = {**pool.headers, "x-request-id": rid.decode()}
@@ -260,7 +327,8 @@ class Relay:
         if not isinstance(parsed, dict):
             self._metrics.upstream_errors.labels(pool.config.name, "malformed").inc()
             raise UpstreamError(f"pool '{pool.config.name}' returned a malformed response")
-        self._count_usage(route, parsed.get("usage"))
+        req.record(parsed.get("usage"))
+        self._count_usage(route, req)
         req.done()
         await send(
             {
@@ -270,6 +338,7 @@ class Relay:
                     *_JSON_HEADERS,
                     (b"content-length", str(len(data)).encode()),
                     (b"x-request-id", rid),
+                    *ticket.headers,
                 ],
             }
         )
@@ -277,15 +346,9 @@ class Relay:
         self._metrics.overhead.labels(kind.value).observe(overhead + perf_counter() - t_back)
         return 200
 
-    def _count_usage(self, route: Route, usage: Any) -> tuple[int, int]:
-        if not isinstance(usage, dict):
-            return 0, 0
-        pt, ct = usage.get("prompt_tokens"), usage.get("completion_tokens")
-        pt = pt if isinstance(pt, int) else 0
-        ct = ct if isinstance(ct, int) else 0
-        route.metrics.input_tokens.inc(pt)
-        route.metrics.output_tokens.inc(ct)
-        return pt, ct
+    def _count_usage(self, route: Route, req: _Request) -> None:
+        route.metrics.input_tokens.inc(req.usage_in)
+        route.metrics.output_tokens.inc(req.usage_out)
 
     async def _stream(
         self,
@@ -297,12 +360,15 @@ class Relay:
         send: Send,
         req: _Request,
         t0: float,
+        ticket: Ticket,
+        choices: int,
     ) -> int:
         pool = route.pool
         cfg = pool.config
         headers = {**pool.headers, "x-request-id": rid.decode()}
         overhead = perf_counter() - t0
-        splitter = SSESplitter(strip_usage=not client_usage)
+        topup = ticket.topping_up
+        splitter = SSESplitter(strip_usage=not client_usage, strip_continuous=topup)
         resp: aiohttp.ClientResponse | None = None
         try:
             # Nothing has reached the client yet: any failure here is a plain JSON error.
@@ -337,7 +403,7 @@ class Relay:
                 {
                     "type": "http.response.start",
                     "status": 200,
-                    "headers": [*_SSE_HEADERS, (b"x-request-id", rid)],
+                    "headers": [*_SSE_HEADERS, (b"x-request-id", rid), *ticket.headers],
                 }
             )
             await send({"type": "http.response.body", "body": first, "more_body": True})
@@ -347,6 +413,11 @@ class Relay:
             tail = b""
             try:
                 while True:
+                    if topup and _produced(splitter) >= ticket.output_reserved and not splitter.saw_done:
+                        if not await self._admissions.top_up(ticket):
+                            # The budget refuses more: stop the pool, end the stream like max_tokens would.
+                            tail = _length_tail(kind, splitter, client_usage, choices)
+                            break
                     chunk = await resp.content.readany()
                     if not chunk:
                         break
@@ -357,26 +428,57 @@ class Relay:
                     if out:
                         overhead += perf_counter() - t
                         await send({"type": "http.response.body", "body": out, "more_body": True})
-                if not splitter.saw_done:
+                if not splitter.saw_done and not tail:
                     self._metrics.upstream_errors.labels(cfg.name, "truncated_stream").inc()
                     tail = _error_event(UpstreamError(f"pool '{cfg.name}' ended the stream without [DONE]"))
             except _UPSTREAM_FAILURES as exc:
                 tail = _error_event(self._upstream_failed(route, exc))
             req.done()
             await send({"type": "http.response.body", "body": tail, "more_body": False})
-            _, ct = self._count_usage(route, splitter.usage)
-            if ct > 1 and t_last > t_first:
-                route.metrics.tpot.observe((t_last - t_first) / (ct - 1))
-            self._metrics.overhead.labels(kind.value).observe(overhead)
             return 200
         finally:
+            if splitter.usage is not None:
+                req.record(splitter.usage)
+            else:
+                req.usage_out = splitter.events
             if resp is not None:
+                self._count_usage(route, req)
+                ct = req.usage_out
+                if splitter.saw_done and ct > 1 and t_last > t_first:
+                    route.metrics.tpot.observe((t_last - t_first) / (ct - 1))
+                self._metrics.overhead.labels(kind.value).observe(overhead)
                 # Closing (not releasing) an unfinished response drops the connection, which is how
                 # vLLM learns that nobody is reading and aborts the request.
                 if splitter.saw_done:
                     resp.release()
                 else:
                     resp.close()
+
+
+def _produced(splitter: SSESplitter) -> int:
+    usage = splitter.usage
+    if usage is not None:
+        ct = usage.get("completion_tokens")
+        if isinstance(ct, int):
+            return ct
+    return splitter.events
+
+
+def _length_tail(kind: Kind, splitter: SSESplitter, client_usage: bool, choices: int) -> bytes:
+    """The end of a stream cut by the budget: a `finish_reason: "length"` chunk, usage, [DONE]."""
+    meta = splitter.meta or {}
+    head = {k: meta[k] for k in ("id", "object", "created", "model") if k in meta}
+    out = b""
+    for i in range(choices):
+        choice: dict[str, Any] = (
+            {"index": i, "delta": {}, "logprobs": None, "finish_reason": "length"}
+            if kind is Kind.CHAT
+            else {"index": i, "text": "", "logprobs": None, "finish_reason": "length"}
+        )
+        out += b"data: " + orjson.dumps({**head, "choices": [choice]}) + b"\n\n"
+    if client_usage and splitter.usage is not None:
+        out += b"data: " + orjson.dumps({**head, "choices": [], "usage": splitter.usage}) + b"\n\n"
+    return out + DONE
 
 
 def _error_event(err: GatewayError) -> bytes:

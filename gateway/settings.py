@@ -22,4 +22,9 @@ class Settings(BaseSettings):
     gc_threshold: tuple[int, int, int] = Field(
         (20000, 10, 10), description="gc.set_threshold after start-up (see docs/design/003)"
     )
+    redis_url: str | None = Field(
+        None, description="Redis for the limiter and key store (limits.backend / tenancy.store: redis)"
+    )
+    redis_timeout_s: float = Field(0.25, gt=0, description="connect / operation timeout towards Redis")
+    admin_key: str | None = Field(None, description="bearer key of the admin API; unset = admin API disabled")
     drain_seconds: float = Field(30.0, ge=0, description="graceful shutdown window on SIGTERM")

@@ -54,14 +54,19 @@ def _event_json(event: bytes) -> dict[str, Any] | None:
 class SSESplitter:
     """Incremental splitter for one upstream stream."""
 
-    __slots__ = ("_buf", "strip_usage", "usage", "saw_done", "error")
+    __slots__ = ("_buf", "strip_usage", "strip_continuous", "usage", "saw_done", "error", "events", "meta")
 
-    def __init__(self, strip_usage: bool) -> None:
+    def __init__(self, strip_usage: bool, strip_continuous: bool = False) -> None:
         self._buf = b""
         self.strip_usage = strip_usage
+        # The gateway asked for per-chunk usage (to meter a stream as it runs) that the client did not:
+        # those chunks are the only ones ever re-serialized, without their usage member.
+        self.strip_continuous = strip_continuous
         self.usage: dict[str, Any] | None = None
         self.saw_done = False
         self.error: dict[str, Any] | None = None  # an error event the pool sent mid-stream
+        self.events = 0  # output events forwarded
+        self.meta: dict[str, Any] | None = None  # id/object/created/model of a parsed chunk
 
     def feed(self, data: bytes) -> tuple[bytes, bool]:
         """Complete events to forward now, and whether any of them carried generated output."""
@@ -80,14 +85,22 @@ class SSESplitter:
             s, e = _event_bounds(body, at)
             parsed = _event_json(body[s:e])
             if parsed is not None and isinstance(parsed.get("usage"), dict):
-                self.usage = parsed["usage"]
-                if self.strip_usage and parsed.get("choices") == []:
-                    body = body[:s] + body[e:]
-                    e = s
+                self.usage = parsed.pop("usage")
+                self.meta = parsed
+                if parsed.get("choices") == []:
+                    if self.strip_usage:
+                        body = body[:s] + body[e:]
+                        e = s
+                elif self.strip_continuous:
+                    event = b"data: " + orjson.dumps(parsed) + _SEP
+                    body = body[:s] + event + body[e:]
+                    e = s + len(event)
             at = _non_null_usage_at(body, e)
         if b'{"error"' in body:
             body = self._normalize_errors(body)
         has_output = bool(body)
+        if has_output:
+            self.events += body.count(_SEP)
         return (body + DONE if done_here else body), has_output
 
     def _normalize_errors(self, body: bytes) -> bytes:

@@ -149,6 +149,13 @@ class LimitsConfig(_Frozen):
     stream_chunk_tokens: int = Field(
         256, ge=1, description="output tokens reserved at a time for streams without a client max_tokens"
     )
+    input_bytes_per_token: float = Field(
+        2.0,
+        gt=0,
+        description="input tokens are reserved as ceil(prompt bytes / this) + per-message overhead; "
+        "keep it below your tokenizers' real bytes-per-token (~4 for English BPE) so reservations are "
+        "upper bounds and settlement only ever lowers them",
+    )
     premium_reserved_share: float = Field(
         0.0, ge=0, lt=1, description="share of shared levels (org, global, pool) only premium may use"
     )

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `make run`: two simulated vLLM pools and the gateway on embedded-style defaults (no Redis needed).
-# The simulators run in the background and stop when the gateway stops (Ctrl-C).
+# Auth stays on: a demo key is created through the admin API and printed. Ctrl-C stops everything.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-.venv/bin}
@@ -10,32 +10,41 @@ pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
 trap cleanup EXIT INT TERM
 
-"$BIN/llmgw" sim --port 8001 --served-model-name small --profile small >.run/sim-small.log 2>&1 & pids+=($!)
-"$BIN/llmgw" sim --port 8002 --served-model-name large --profile large >.run/sim-large.log 2>&1 & pids+=($!)
-for port in 8001 8002; do
-  for _ in $(seq 1 100); do
-    curl -fs "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break
-    sleep 0.1
-  done
-  curl -fs "http://127.0.0.1:$port/health" >/dev/null || { echo "simulator on :$port did not start; see .run/"; exit 1; }
-done
+wait_for() {  # url, what
+  for _ in $(seq 1 150); do curl -fs "$1" >/dev/null 2>&1 && return 0; sleep 0.1; done
+  echo "$2 did not start; see .run/" >&2; exit 1
+}
+
+"$BIN/llmgw" sim --host 127.0.0.1 --port 8001 --served-model-name small --profile small >.run/sim-small.log 2>&1 & pids+=($!)
+"$BIN/llmgw" sim --host 127.0.0.1 --port 8002 --served-model-name large --profile large >.run/sim-large.log 2>&1 & pids+=($!)
+wait_for http://127.0.0.1:8001/health "simulator small"
+wait_for http://127.0.0.1:8002/health "simulator large"
+
+# A fresh admin key per run: it never leaves this machine, and the demo key is made with it.
+export LLMGW_ADMIN_KEY="${LLMGW_ADMIN_KEY:-adm-$("$BIN/python" -c 'import secrets; print(secrets.token_urlsafe(24))')}"
+export LLMGW_URL="http://127.0.0.1:$PORT"
+"$BIN/llmgw" serve --config config/example.yaml --port "$PORT" 2>&1 | tee .run/gateway.log & pids+=($!)
+wait_for "http://127.0.0.1:$PORT/readyz" "the gateway"
+KEY=$("$BIN/llmgw" keys create --org demo --app quickstart --tier standard | grep -o 'sk-[A-Za-z0-9_-]*' | head -n 1)
 
 cat <<MSG
 
 llm-gateway on http://127.0.0.1:$PORT  (pools: small -> :8001, large -> :8002; logs in .run/)
 
-  curl -s http://127.0.0.1:$PORT/v1/chat/completions -H 'content-type: application/json' \\
+  demo API key: $KEY
+  admin key:    $LLMGW_ADMIN_KEY   (llmgw keys create|list|revoke, with LLMGW_ADMIN_KEY and LLMGW_URL set)
+
+  curl -s http://127.0.0.1:$PORT/v1/chat/completions -H "authorization: Bearer $KEY" \\
+    -H 'content-type: application/json' \\
     -d '{"model": "small", "messages": [{"role": "user", "content": "Hello!"}]}'
 
-  $BIN/python - <<'PY'
+  OPENAI_BASE_URL=http://127.0.0.1:$PORT/v1 OPENAI_API_KEY=$KEY $BIN/python -c '
 from openai import OpenAI
-client = OpenAI(base_url="http://127.0.0.1:$PORT/v1", api_key="unused")
-print(client.chat.completions.create(model="large", messages=[{"role": "user", "content": "Hi"}]).choices[0].message.content)
-for chunk in client.chat.completions.create(model="small", messages=[{"role": "user", "content": "Hi"}], stream=True):
-    print(chunk.choices[0].delta.content or "", end="", flush=True) if chunk.choices else None
-PY
+r = OpenAI().chat.completions.create(model="large", messages=[{"role": "user", "content": "Hi"}])
+print(r.choices[0].message.content)'
 
-  metrics: curl -s http://127.0.0.1:$PORT/metrics | grep llmgw_     Ctrl-C stops everything.
+  A request without a valid key gets 401. Metrics: curl -s http://127.0.0.1:$PORT/metrics | grep llmgw_
+  Ctrl-C stops everything.
 
 MSG
-"$BIN/llmgw" serve --config config/example.yaml --port "$PORT"
+wait "${pids[2]}"

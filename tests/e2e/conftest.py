@@ -11,6 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from gateway.keys import generate_key, hash_key
 from tests.support.procs import free_port, running, sim_args
 
 
@@ -18,6 +19,7 @@ from tests.support.procs import free_port, running, sim_args
 class Stack:
     gateway: str
     sims: dict[str, str]  # pool name -> base URL
+    api_key: str  # a tenant key declared (hashed) in the policy
 
     def sim_metric(self, pool: str, name: str, labels: str = "") -> float:
         """Sum of a simulator metric's samples (optionally only those whose labels contain `labels`)."""
@@ -39,6 +41,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     ports = {"small": free_port(), "large": free_port(), "slow": free_port()}
     gw_port = free_port()
     sims = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
+    api_key = generate_key()
     policy = tmp / "policy.yaml"
     policy.write_text(
         f"""\
@@ -57,6 +60,9 @@ models:
   - {{name: small, route: {{pool: small}}, max_tokens: {{default: 24, cap: 64}}}}
   - {{name: large, route: {{pool: large}}, max_tokens: {{default: 24, cap: 64}}}}
   - {{name: slow, route: {{pool: slow}}, max_tokens: {{default: 2000, cap: 4000}}}}
+tenancy:
+  keys:
+    - {{id: e2e, sha256: {hash_key(api_key)}, org: acme, app: e2e}}
 """
     )
     sim_extra = {
@@ -83,7 +89,7 @@ models:
         es.enter_context(
             running(gw_args, f"http://127.0.0.1:{gw_port}/healthz", env=env, log=tmp / "gateway.log")
         )
-        yield Stack(gateway=f"http://127.0.0.1:{gw_port}", sims=sims)
+        yield Stack(gateway=f"http://127.0.0.1:{gw_port}", sims=sims, api_key=api_key)
 
 
 @pytest.fixture(scope="session")

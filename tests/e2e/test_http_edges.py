@@ -16,6 +16,10 @@ pytestmark = pytest.mark.e2e
 OK = {"model": "small", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
 
 
+def _auth(stack: Stack) -> dict[str, str]:
+    return {"authorization": f"Bearer {stack.api_key}"}
+
+
 def _err(resp: httpx.Response) -> dict[str, Any]:
     data = resp.json()
     assert set(data["error"]) == {"message", "type", "param", "code"}
@@ -58,16 +62,15 @@ def _err(resp: httpx.Response) -> dict[str, Any]:
 def test_bad_input_gets_a_4xx_openai_error(
     stack: Stack, path: str, content: bytes, status: int, param: str | None
 ) -> None:
-    resp = httpx.post(
-        stack.gateway + path, content=content, headers={"content-type": "application/json"}, timeout=10
-    )
+    headers = {"content-type": "application/json", **_auth(stack)}
+    resp = httpx.post(stack.gateway + path, content=content, headers=headers, timeout=10)
     assert resp.status_code == status, resp.text
     assert _err(resp)["param"] == param
 
 
 def test_body_over_the_limit_is_413(stack: Stack) -> None:
     big = {**OK, "messages": [{"role": "user", "content": "x" * (MAX_BODY + 1)}]}
-    resp = httpx.post(f"{stack.gateway}/v1/chat/completions", json=big, timeout=10)
+    resp = httpx.post(f"{stack.gateway}/v1/chat/completions", json=big, headers=_auth(stack), timeout=10)
     assert resp.status_code == 413
     assert _err(resp)["code"] == "request_too_large"
 
@@ -77,7 +80,9 @@ def test_body_over_the_limit_is_413(stack: Stack) -> None:
             yield b"y" * 1000
         yield b'"}]}'
 
-    resp = httpx.post(f"{stack.gateway}/v1/chat/completions", content=chunks(), timeout=10)
+    resp = httpx.post(
+        f"{stack.gateway}/v1/chat/completions", content=chunks(), headers=_auth(stack), timeout=10
+    )
     assert resp.status_code == 413
 
 
@@ -90,11 +95,17 @@ def test_unknown_route_and_method_are_openai_errors(stack: Stack) -> None:
 
 def test_request_id_is_echoed_or_generated(stack: Stack) -> None:
     resp = httpx.post(
-        f"{stack.gateway}/v1/chat/completions", json=OK, headers={"x-request-id": "abc-123"}, timeout=10
+        f"{stack.gateway}/v1/chat/completions",
+        json=OK,
+        headers={"x-request-id": "abc-123", **_auth(stack)},
+        timeout=10,
     )
     assert resp.headers["x-request-id"] == "abc-123"
     resp = httpx.post(
-        f"{stack.gateway}/v1/chat/completions", json=OK, headers={"x-request-id": "bad id;" * 20}, timeout=10
+        f"{stack.gateway}/v1/chat/completions",
+        json=OK,
+        headers={"x-request-id": "bad id;" * 20, **_auth(stack)},
+        timeout=10,
     )
     assert resp.headers["x-request-id"].startswith("req_")
 
@@ -102,7 +113,9 @@ def test_request_id_is_echoed_or_generated(stack: Stack) -> None:
 def test_health_ready_and_metrics(stack: Stack) -> None:
     assert httpx.get(f"{stack.gateway}/healthz", timeout=5).json() == {"status": "ok"}
     assert httpx.get(f"{stack.gateway}/readyz", timeout=5).status_code == 200
-    httpx.post(f"{stack.gateway}/v1/chat/completions", json={**OK, "stream": True}, timeout=10)
+    httpx.post(
+        f"{stack.gateway}/v1/chat/completions", json={**OK, "stream": True}, headers=_auth(stack), timeout=10
+    )
     text = httpx.get(f"{stack.gateway}/metrics", timeout=5).text
     for name in (
         "llmgw_requests_total",
@@ -134,7 +147,8 @@ def _wait_for(pred: Any, timeout: float) -> bool:
 def test_client_leaving_mid_stream_aborts_upstream_within_1s(stack: Stack) -> None:
     before = _aborts(stack)
     body = {"model": "slow", "messages": [{"role": "user", "content": "write a lot"}], "stream": True}
-    with httpx.stream("POST", f"{stack.gateway}/v1/chat/completions", json=body, timeout=30) as resp:
+    url = f"{stack.gateway}/v1/chat/completions"
+    with httpx.stream("POST", url, json=body, headers=_auth(stack), timeout=30) as resp:
         assert resp.status_code == 200
         seen = 0
         for _ in resp.iter_raw():
@@ -152,7 +166,7 @@ def test_client_leaving_a_unary_request_aborts_upstream(stack: Stack) -> None:
 
     def call() -> None:
         try:
-            httpx.post(f"{stack.gateway}/v1/chat/completions", json=body, timeout=0.5)
+            httpx.post(f"{stack.gateway}/v1/chat/completions", json=body, headers=_auth(stack), timeout=0.5)
         except httpx.TimeoutException:
             pass  # the point: the client gives up and closes the connection
 

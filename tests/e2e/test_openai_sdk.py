@@ -16,13 +16,13 @@ MSG = [{"role": "user", "content": "Tell me about continuous batching."}]
 
 
 @pytest.fixture
-def client(base_url: str) -> OpenAI:
-    return OpenAI(base_url=base_url, api_key="sk-test", max_retries=0)
+def client(base_url: str, stack: Stack) -> OpenAI:
+    return OpenAI(base_url=base_url, api_key=stack.api_key, max_retries=0)
 
 
 @pytest.fixture
-def aclient(base_url: str) -> AsyncOpenAI:
-    return AsyncOpenAI(base_url=base_url, api_key="sk-test", max_retries=0)
+def aclient(base_url: str, stack: Stack) -> AsyncOpenAI:
+    return AsyncOpenAI(base_url=base_url, api_key=stack.api_key, max_retries=0)
 
 
 @pytest.mark.parametrize(("alias", "served"), [("small", "sim-small"), ("large", "sim-large")])
@@ -99,7 +99,10 @@ def test_done_terminates_the_raw_stream(stack: Stack) -> None:
     import httpx
 
     body = {"model": "small", "messages": MSG, "max_tokens": 5, "stream": True}
-    with httpx.stream("POST", f"{stack.gateway}/v1/chat/completions", json=body, timeout=30) as resp:
+    auth = {"authorization": f"Bearer {stack.api_key}"}
+    with httpx.stream(
+        "POST", f"{stack.gateway}/v1/chat/completions", json=body, headers=auth, timeout=30
+    ) as resp:
         assert resp.status_code == 200
         assert resp.headers["content-type"].startswith("text/event-stream")
         assert resp.headers["x-request-id"]

@@ -49,7 +49,7 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, lis
         pool_name = name.replace("_", "-")
         lines.append(f"  - {{name: {name}, route: {{pool: {pool_name}}}}}")
     cfg = tmp / "policy.yaml"
-    cfg.write_text("\n".join(lines) + "\n")
+    cfg.write_text("\n".join(lines) + "\ntenancy: {auth: disabled}\n")
     with fake_upstream(up_port) as seen:
         args = ["serve", "--config", str(cfg), "--port", str(gw_port)]
         with running(args, f"http://127.0.0.1:{gw_port}/healthz", log=tmp / "gateway.log"):

@@ -1,0 +1,236 @@
+"""Admission of a request against its token budgets, and everything that follows from it.
+
+The relay calls `Admissions.admit` once per request (one limiter call = one Redis round trip),
+gets a `Ticket`, and hands the ticket back at the end with the usage the pool reported
+(`settle`, fire-and-forget: the limiter retries in the background). Streams without a client
+`max_tokens` hold only `stream_chunk_tokens` of output at a time and `top_up` as tokens arrive.
+In-flight tickets are renewed in one batched call every `lease_s / 3`, so a lease only runs out
+when this process is gone.
+
+The same module turns decisions into OpenAI's `x-ratelimit-*` headers (for the tightest level) and
+a refusal into a 429 that names the level and dimension that refused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from time import perf_counter
+
+from gateway.errors import RateLimitError, UpstreamUnavailableError
+from gateway.metrics import Metrics
+from ratelimit.errors import BackendUnavailable
+from ratelimit.model import (
+    Admission,
+    Decision,
+    Dimension,
+    Limiter,
+    LimitsConfig,
+    Reservation,
+    Rule,
+    RuleState,
+    Tenant,
+)
+from ratelimit.rules import request_cost, resolve_rules, usage_cost
+
+_TOKEN_DIMS = (Dimension.TOKENS, Dimension.INPUT_TOKENS, Dimension.OUTPUT_TOKENS)
+_DIM_TEXT = {
+    Dimension.REQUESTS: "requests per minute",
+    Dimension.INPUT_TOKENS: "input tokens per minute",
+    Dimension.OUTPUT_TOKENS: "output tokens per minute",
+    Dimension.TOKENS: "tokens per minute",
+    Dimension.CONCURRENT: "concurrent requests",
+    Dimension.TOKENS_DAY: "tokens per day",
+    Dimension.TOKENS_MONTH: "tokens per month",
+}
+
+
+def go_duration(seconds: float) -> str:
+    """OpenAI's reset format: Go-style durations (`12ms`, `1s`, `6m0s`, `2m59.56s`)."""
+    if seconds < 1:
+        return f"{max(0, round(seconds * 1000))}ms"
+    if seconds < 60:
+        return f"{round(seconds, 2):g}s"
+    minutes, rest = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{int(minutes)}m{round(rest, 2):g}s"
+    hours, minutes = divmod(int(minutes), 60)
+    return f"{hours}h{minutes}m{round(rest, 2):g}s"
+
+
+def _tightest(states: tuple[RuleState, ...], dims: tuple[Dimension, ...]) -> RuleState | None:
+    best: RuleState | None = None
+    for s in states:
+        if s.rule.dimension in dims and not s.rule.shadow and (best is None or s.remaining < best.remaining):
+            best = s
+    return best
+
+
+def rate_limit_headers(states: tuple[RuleState, ...]) -> list[tuple[bytes, bytes]]:
+    out: list[tuple[bytes, bytes]] = []
+    for suffix, dims in ((b"requests", (Dimension.REQUESTS,)), (b"tokens", _TOKEN_DIMS)):
+        s = _tightest(states, dims)
+        if s is None:
+            continue
+        out += [
+            (b"x-ratelimit-limit-" + suffix, str(s.rule.limit).encode()),
+            (b"x-ratelimit-remaining-" + suffix, str(max(0, s.remaining)).encode()),
+            (b"x-ratelimit-reset-" + suffix, go_duration(s.reset_s).encode()),
+        ]
+    return out
+
+
+def _describe(rule: Rule) -> str:
+    where = "global" if rule.scope == "*" else f"{rule.level.value} '{rule.scope}'"
+    return f"{where} on {_DIM_TEXT[rule.dimension]}"
+
+
+@dataclass(slots=True)
+class Ticket:
+    """An admitted request's hold on its budgets."""
+
+    reservation: Reservation
+    input_estimate: int
+    output_reserved: int
+    output_granted: int  # what the pool may generate (the alias's default/cap applied)
+    headers: list[tuple[bytes, bytes]] = field(default_factory=list)
+    settled: bool = False
+
+    @property
+    def topping_up(self) -> bool:
+        return self.output_reserved < self.output_granted
+
+
+class Admissions:
+    def __init__(self, config: LimitsConfig, limiter: Limiter, metrics: Metrics) -> None:
+        self._config = config
+        self._limiter = limiter
+        self._metrics = metrics
+        self._rules: OrderedDict[tuple[Tenant, str], tuple[Rule, ...]] = OrderedDict()
+        self._active: dict[str, Reservation] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def rules_for(self, tenant: Tenant, pool: str) -> tuple[Rule, ...]:
+        """Resolved rules, cached (merging limit overrides is far slower than a dict lookup)."""
+        key = (tenant, pool)
+        rules = self._rules.get(key)
+        if rules is None:
+            rules = resolve_rules(self._config, tenant, pool)
+            self._rules[key] = rules
+            if len(self._rules) > 10_000:
+                self._rules.popitem(last=False)
+        return rules
+
+    async def admit(
+        self,
+        request_id: str,
+        tenant: Tenant,
+        pool: str,
+        input_estimate: int,
+        output_granted: int,
+        stream_topup: bool,
+    ) -> Ticket:
+        output = min(output_granted, self._config.stream_chunk_tokens) if stream_topup else output_granted
+        admission = Admission(
+            request_id, self.rules_for(tenant, pool), request_cost(input_estimate, output), tenant.priority
+        )
+        t = perf_counter()
+        try:
+            decision = await self._limiter.admit(admission)
+        except BackendUnavailable:
+            self._metrics.limiter_latency.observe(perf_counter() - t)
+            self._metrics.limit_decisions.labels("all", "all", "backend_unavailable").inc()
+            raise UpstreamUnavailableError(
+                "rate limiter unavailable (fail_closed): try again shortly", code="rate_limiter_unavailable"
+            ) from None
+        self._metrics.limiter_latency.observe(perf_counter() - t)
+        self._count(decision)
+        headers = rate_limit_headers(decision.states)
+        if not decision.allowed or decision.reservation is None:
+            raise self._refusal(decision, headers)
+        self._active[request_id] = decision.reservation
+        self._metrics.limit_tokens.labels("reserved").inc(input_estimate + output)
+        return Ticket(decision.reservation, input_estimate, output, output_granted, headers)
+
+    def _count(self, decision: Decision) -> None:
+        m = self._metrics.limit_decisions
+        if decision.allowed:
+            m.labels("all", "all", "degraded" if decision.degraded else "allowed").inc()
+        elif decision.refused_by is not None:
+            m.labels(decision.refused_by.level.value, decision.refused_by.dimension.value, "refused").inc()
+        for rule in decision.shadow_refusals:
+            m.labels(rule.level.value, rule.dimension.value, "shadow_refused").inc()
+
+    def _refusal(self, decision: Decision, headers: list[tuple[bytes, bytes]]) -> RateLimitError:
+        rule = decision.refused_by
+        retry = max(1, int(decision.retry_after_s + 0.999))
+        what = _describe(rule) if rule is not None else "a limit"
+        state = next((s for s in decision.states if s.rule == rule), None)
+        detail = f" (limit {rule.limit}, remaining {max(0, state.remaining)})" if rule and state else ""
+        err = RateLimitError(
+            f"Rate limit reached for {what}{detail}. Please try again in {retry}s.",
+            code="rate_limit_exceeded",
+            headers={
+                "retry-after": str(retry),
+                "retry-after-ms": str(max(1, int(decision.retry_after_s * 1000))),
+                **{k.decode(): v.decode() for k, v in headers},
+            },
+        )
+        if rule is not None:
+            err.param = f"{rule.level.value}.{rule.dimension.value}"
+        return err
+
+    async def top_up(self, ticket: Ticket) -> bool:
+        """Reserve the next chunk of output tokens for a stream; False = the budget refuses."""
+        more = min(self._config.stream_chunk_tokens, ticket.output_granted - ticket.output_reserved)
+        if more <= 0:
+            return False
+        extra = {
+            Dimension.OUTPUT_TOKENS: more,
+            Dimension.TOKENS: more,
+            Dimension.TOKENS_DAY: more,
+            Dimension.TOKENS_MONTH: more,
+        }
+        try:
+            ok = await self._limiter.top_up(ticket.reservation, extra)
+        except BackendUnavailable:
+            ok = False  # fail_closed: end the stream cleanly rather than run unmetered
+        if ok:
+            ticket.output_reserved += more
+            self._metrics.limit_tokens.labels("reserved").inc(more)
+        else:
+            self._metrics.limit_decisions.labels("all", "output_tokens", "top_up_refused").inc()
+        return ok
+
+    def settle(self, ticket: Ticket, input_tokens: int, output_tokens: int) -> None:
+        """Replace the reservation with real usage (in the background; the limiter retries)."""
+        if ticket.settled:
+            return
+        ticket.settled = True
+        self._active.pop(ticket.reservation.request_id, None)
+        self._metrics.limit_tokens.labels("settled").inc(input_tokens + output_tokens)
+        task = asyncio.ensure_future(self._settle(ticket.reservation, input_tokens, output_tokens))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _settle(self, reservation: Reservation, input_tokens: int, output_tokens: int) -> None:
+        try:
+            await self._limiter.settle(reservation, usage_cost(input_tokens, output_tokens))
+        except BackendUnavailable:
+            self._metrics.limit_decisions.labels("all", "all", "settle_failed").inc()
+
+    async def renew_forever(self) -> None:
+        """Keep the leases of running requests alive (one batched call per round)."""
+        interval = self._config.lease_s / 3
+        while True:
+            await asyncio.sleep(interval)
+            if self._active:
+                with contextlib.suppress(BackendUnavailable):
+                    await self._limiter.renew(list(self._active.values()))
+
+    async def drain(self) -> None:
+        """Wait for in-flight settlements (shutdown)."""
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -1,0 +1,105 @@
+"""Build the gateway's long-lived parts from policy + settings (no I/O here; `start` does the I/O).
+
+Which limiter: `limits.backend: memory` is one process's in-memory limiter (the embedded default);
+`redis` is the shared Redis backend wrapped in `FailoverLimiter`, which applies
+`limits.on_backend_error` (fail_open with a local in-memory limiter, or fail_closed) and returns to
+Redis by itself. Keys: config keys always; dynamic keys in memory or in Redis (`tenancy.store`).
+One Redis client (short timeouts, no client-side retries: the failover layer decides) serves both.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+
+from gateway.admission import Admissions
+from gateway.auth import Authenticator
+from gateway.config import ConfigError, Policy
+from gateway.keys import KeyRecord, KeyStore, MemoryKeyStore, RedisKeyStore, static_records
+from gateway.metrics import FailoverCollector, Metrics
+from gateway.settings import Settings
+from ratelimit.failover import FailoverLimiter
+from ratelimit.memory_backend import MemoryBackend
+from ratelimit.model import Limiter
+from ratelimit.redis_backend import RedisBackend
+
+
+@dataclass
+class Components:
+    metrics: Metrics
+    store: KeyStore
+    auth: Authenticator
+    limiter: Limiter
+    admissions: Admissions
+    redis_backend: RedisBackend | None
+    redis: aioredis.Redis | None
+    static_keys: tuple[KeyRecord, ...]
+
+    async def start(self) -> None:
+        if self.redis_backend is not None:
+            try:
+                await self.redis_backend.load()
+            except Exception:  # noqa: BLE001 - Redis down at start: the failover mode decides, not a crash
+                self.metrics.limit_decisions.labels("all", "all", "script_load_failed").inc()
+
+    async def close(self) -> None:
+        await self.admissions.drain()
+        await self.limiter.close()
+        await self.store.close()
+        if self.redis is not None:
+            await self.redis.aclose()
+
+
+def build(policy: Policy, settings: Settings) -> Components:
+    limits, tenancy = policy.limits, policy.tenancy
+    needs_redis = limits.backend == "redis" or tenancy.store == "redis"
+    if needs_redis and not settings.redis_url:
+        raise ConfigError(
+            "LLMGW_REDIS_URL is not set, but the policy uses Redis (limits.backend / tenancy.store)"
+        )
+    if settings.workers > 1 and (limits.backend == "memory" or tenancy.store == "memory"):
+        raise ConfigError(
+            "limits.backend / tenancy.store 'memory' hold state in one process: use workers: 1 or Redis"
+        )
+    client = (
+        aioredis.Redis.from_url(
+            settings.redis_url,
+            socket_connect_timeout=settings.redis_timeout_s,
+            socket_timeout=settings.redis_timeout_s,
+            retry=Retry(NoBackoff(), 0),
+            decode_responses=False,
+        )
+        if needs_redis and settings.redis_url
+        else None
+    )
+    metrics = Metrics(policy)
+    local = MemoryBackend(lease_s=limits.lease_s)
+    redis_backend: RedisBackend | None = None
+    limiter: Limiter
+    if limits.backend == "redis" and client is not None:
+        redis_backend = RedisBackend(client, lease_s=limits.lease_s, key_prefix=limits.key_prefix)
+        failover = FailoverLimiter(redis_backend, local, limits.on_backend_error)
+        metrics.registry.register(FailoverCollector(failover.stats))
+        limiter = failover
+    else:
+        limiter = local
+    statics = static_records(tenancy)
+    store: KeyStore = (
+        RedisKeyStore(client, limits.key_prefix)
+        if tenancy.store == "redis" and client is not None
+        else MemoryKeyStore()
+    )
+    auth = Authenticator(tenancy, limits, store)
+    return Components(
+        metrics=metrics,
+        store=store,
+        auth=auth,
+        limiter=limiter,
+        admissions=Admissions(limits, limiter, metrics),
+        redis_backend=redis_backend,
+        redis=client,
+        static_keys=statics,
+    )

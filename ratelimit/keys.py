@@ -1,0 +1,50 @@
+"""Redis key scheme of the limiter: one hash tag for everything, escaped scope ids.
+
+Every key starts with the hash tag `{<key_prefix>}`, so all keys of one script call (and in fact all
+limiter keys) live in ONE Redis Cluster slot: a request's admission touches key, app, org, global and
+pool levels at once, and only a single slot keeps the shared levels exact without cross-slot
+coordination. One slot handles ~100k script calls/s, far above one limiter call per LLM request.
+
+A rule's base key (passed to the scripts in KEYS):
+
+    {P}:<level>:<scope>:<dimension>          e.g. {llmgw}:org:acme:tokens
+
+`<scope>` is percent-encoded (RFC 3986, nothing kept but letters, digits and `_.-~`), so `:`, `{`, `}`,
+`/`, `*` and `%` never appear raw: two different scopes can never produce the same key, and a scope
+cannot open a second hash tag. The scripts derive the per-rule keys from the base key by suffix:
+
+    <base>:w:<n>     minute rules: settled usage of sub-window n (= floor(server_ms / sub_window_ms)),
+                     STRING, expires once it has left the window
+    <base>:q:<p>     quota rules: settled usage of UTC period p (`d<days since epoch>` or `m<YYYYMM>`),
+                     STRING, expires one day after the period ends
+    <base>:l         ZSET request id -> lease expiry (server ms): live reservations / concurrency slots
+    <base>:a         HASH `r:<request id>` -> reserved amount, `sum` -> total of those amounts
+
+Derived keys carry the base key's hash tag, so they hash to the same slot (checked by a unit test with
+`redis.crc.key_slot`). They cannot be declared in KEYS up front because sub-window and period depend on
+the Redis server clock, which only the script reads.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import quote
+
+from ratelimit.model import Rule
+
+
+def hash_tag(key_prefix: str) -> str:
+    return "{" + key_prefix + "}"
+
+
+def encode_scope(scope: str) -> str:
+    """Injective, tag-safe encoding of a scope id (`%` itself is encoded, so decoding is unambiguous)."""
+    return quote(scope, safe="")
+
+
+def rule_key(key_prefix: str, rule: Rule) -> str:
+    return f"{hash_tag(key_prefix)}:{rule.level.value}:{encode_scope(rule.scope)}:{rule.dimension.value}"
+
+
+def derived_keys(base: str, sub_window: int, period: str) -> list[str]:
+    """Every key a script may derive from `base` (for tests and tooling; the scripts build them in Lua)."""
+    return [f"{base}:w:{sub_window}", f"{base}:q:{period}", f"{base}:l", f"{base}:a"]

@@ -1,0 +1,37 @@
+-- Admit one request at every rule, all or nothing, in one round trip.
+-- KEYS[i]   rule base key (ratelimit/keys.py)
+-- ARGV      request id, lease ms, sub-window ms, sub-windows, purge batch,
+--           then per rule: kind (m|d|M|c), effective limit, cost, shadow (0|1)
+-- Reply     {allowed 0|1, server ms, refused rule index (1-based, 0 = none), retry ms,
+--            then per rule: remaining, reset ms, shadow refused 0|1}
+local id = ARGV[1]
+local lease_ms, sub_ms, n, batch = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local t = now_ms()
+local cur = math.floor(t / sub_ms)
+local checks, limits, costs, shadows = {}, {}, {}, {}
+local refused, refused_retry = 0, 0
+for i = 1, #KEYS do
+  local o = 5 + (i - 1) * 4
+  limits[i], costs[i], shadows[i] = tonumber(ARGV[o + 2]), tonumber(ARGV[o + 3]), ARGV[o + 4] == '1'
+  local c = check(KEYS[i], ARGV[o + 1], t, cur, n, batch)
+  checks[i] = c
+  c.fits = c.used + costs[i] <= limits[i]
+  if not c.fits and not shadows[i] then
+    -- Name the refusing rule that binds longest (ties: the first): Retry-After must cover it.
+    local r = retry_ms(c, KEYS[i], limits[i], costs[i], t, cur, n, sub_ms)
+    if r > refused_retry then refused, refused_retry = i, r end
+  end
+end
+local allowed = refused == 0
+if allowed then
+  local ttl = 2 * lease_ms + 1000
+  for i = 1, #KEYS do lease(KEYS[i], id, costs[i], t + lease_ms, ttl) end
+end
+local reply = {allowed and 1 or 0, t, refused, refused_retry}
+for i = 1, #KEYS do
+  local remaining, reset = state(checks[i], limits[i], allowed and costs[i] or 0, t, cur, n, sub_ms)
+  reply[#reply + 1] = remaining
+  reply[#reply + 1] = reset
+  reply[#reply + 1] = (shadows[i] and not checks[i].fits) and 1 or 0
+end
+return reply

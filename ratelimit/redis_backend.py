@@ -1,0 +1,183 @@
+"""Redis limiter backend: every operation is ONE script call (EVALSHA), all keys in one Cluster slot.
+
+Key scheme (details in `ratelimit.keys`; `P` = `LimitsConfig.key_prefix`, scope percent-encoded):
+
+    {P}:<level>:<scope>:<dimension>             rule base key, passed in KEYS
+    {P}:<level>:<scope>:<dimension>:w:<n>       minute rules: settled usage of sub-window n
+    {P}:<level>:<scope>:<dimension>:q:<period>  quota rules: usage of UTC day `d<days>` / month `mYYYYMM`
+    {P}:<level>:<scope>:<dimension>:l           ZSET request id -> lease expiry (server ms)
+    {P}:<level>:<scope>:<dimension>:a           HASH r:<request id> -> reserved amount, sum -> their total
+
+The single hash tag `{P}` puts every key in one slot, so an admission spanning key, app, org, global and
+pool levels stays one atomic script even on Redis Cluster (decision: docs/design/004-rate-limiting.md).
+
+Flows (scripts in `ratelimit/lua/`, each prefixed with `lib_v1.lua`, loaded by SCRIPT LOAD at start and
+reloaded on NOSCRIPT, e.g. after a Redis restart; all time is the Redis server's `TIME`):
+- admit (`admit_v1.lua`): per rule, purge a bounded batch of expired leases, read the 12 sub-window
+  counters (one MGET) or the period counter, add live leases, and check used + cost <= effective limit.
+  All fit -> add a lease (request id, cost, now + lease) at every rule. Reply: decision, refusing rule,
+  Retry-After, per-rule remaining / reset, shadow refusals.
+- top_up (`top_up_v1.lua`): all leases must be live; rules whose dimension grows are checked; all
+  fit -> every lease grows and is renewed.
+- settle (`settle_v1.lua`): drop the leases; where a lease was still live, add the real usage to the
+  current sub-window / period counter (the concurrency slot is just the dropped lease).
+- renew (`renew_v1.lua`): one call for a whole batch of reservations, extends live leases only.
+
+Reservations are never written to the counters: a gateway killed mid-request leaves only leases, which
+stop counting when they expire (at most `lease_s` later).
+
+Any connection error, timeout, loading or read-only reply raises `BackendUnavailable`; the client is
+built with short timeouts and no retries, because a retried script call could apply twice and a
+waiting request is worse than a fast fail_open / fail_closed decision.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Mapping, Sequence
+from importlib import resources
+from typing import Any, TypeVar
+
+import redis.asyncio as aioredis
+import redis.exceptions as rexc
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+
+from ratelimit.errors import BackendUnavailable
+from ratelimit.keys import rule_key
+from ratelimit.model import SUB_WINDOWS, Admission, Decision, Dimension, Reservation, Rule
+from ratelimit.windows import DEFAULT_SUB_WINDOW_MS, RuleOutcome, build_decision, kind_of
+
+SCRIPTS = ("admit_v1", "top_up_v1", "settle_v1", "renew_v1")
+# Reservations per renew call: keeps one script run short (other clients wait while it runs).
+RENEW_BATCH = 200
+_UNAVAILABLE = (rexc.ConnectionError, rexc.TimeoutError, rexc.ReadOnlyError, rexc.ClusterDownError, OSError)
+
+T = TypeVar("T")
+
+
+def load_script(name: str) -> str:
+    lua = resources.files("ratelimit").joinpath("lua")
+    return lua.joinpath("lib_v1.lua").read_text() + "\n" + lua.joinpath(f"{name}.lua").read_text()
+
+
+class RedisBackend:
+    def __init__(
+        self,
+        client: aioredis.Redis,
+        *,
+        lease_s: float,
+        key_prefix: str = "llmgw",
+        sub_window_s: float = DEFAULT_SUB_WINDOW_MS / 1000,
+        sub_windows: int = SUB_WINDOWS,
+        purge_batch: int = 100,
+    ) -> None:
+        """`sub_window_s` is configurable so tests can watch a window slide in about a second."""
+        self._redis = client
+        self._prefix = key_prefix
+        self._lease_ms = max(1, round(lease_s * 1000))
+        self._sub_ms = max(1, round(sub_window_s * 1000))
+        self._n = sub_windows
+        self._batch = purge_batch
+        self._source = {name: load_script(name) for name in SCRIPTS}
+        self._sha: dict[str, str] = {}
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str,
+        *,
+        lease_s: float,
+        key_prefix: str = "llmgw",
+        connect_timeout_s: float = 0.25,
+        op_timeout_s: float = 0.25,
+        **kwargs: Any,
+    ) -> RedisBackend:
+        client = aioredis.Redis.from_url(
+            url,
+            socket_connect_timeout=connect_timeout_s,
+            socket_timeout=op_timeout_s,
+            retry=Retry(NoBackoff(), 0),
+            decode_responses=False,
+        )
+        return cls(client, lease_s=lease_s, key_prefix=key_prefix, **kwargs)
+
+    async def load(self) -> None:
+        """SCRIPT LOAD every script (call at startup; NOSCRIPT later reloads by itself)."""
+        for name, source in self._source.items():
+            self._sha[name] = str(await self._guard(self._redis.script_load(source)))
+
+    async def _guard(self, call: Awaitable[T]) -> T:
+        try:
+            return await call
+        except rexc.NoScriptError:
+            raise
+        except _UNAVAILABLE as e:
+            raise BackendUnavailable(f"redis: {type(e).__name__}: {e}") from e
+        except rexc.ResponseError as e:
+            if str(e).startswith(("LOADING", "BUSY", "MASTERDOWN", "TRYAGAIN")):
+                raise BackendUnavailable(f"redis: {e}") from e
+            raise
+
+    async def _run(self, name: str, keys: Sequence[str], args: Sequence[str | int]) -> Any:
+        for attempt in (0, 1):
+            sha = self._sha.get(name)
+            if sha is None:
+                sha = self._sha[name] = str(await self._guard(self._redis.script_load(self._source[name])))
+            try:
+                return await self._guard(self._redis.evalsha(sha, len(keys), *keys, *args))
+            except rexc.NoScriptError:
+                # Redis restarted or flushed its script cache: load again, once.
+                self._sha.pop(name, None)
+                if attempt:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _keys(self, rules: Sequence[Rule]) -> list[str]:
+        return [rule_key(self._prefix, r) for r in rules]
+
+    def _head(self, request_id: str) -> list[str | int]:
+        return [request_id, self._lease_ms, self._sub_ms, self._n, self._batch]
+
+    async def admit(self, admission: Admission) -> Decision:
+        args = self._head(admission.request_id)
+        for rule in admission.rules:
+            cost = admission.cost.get(rule.dimension, 0)
+            args += [kind_of(rule), rule.effective_limit(admission.priority), cost, int(rule.shadow)]
+        reply = await self._run("admit_v1", self._keys(admission.rules), args)
+        allowed, t_ms, refused, retry_ms = (int(x) for x in reply[:4])
+        outcomes = [
+            RuleOutcome(int(reply[j]), int(reply[j + 1]), bool(int(reply[j + 2])))
+            for j in range(4, 4 + 3 * len(admission.rules), 3)
+        ]
+        return build_decision(admission, -1 if allowed else refused - 1, retry_ms, outcomes, t_ms, str(t_ms))
+
+    async def top_up(self, reservation: Reservation, extra: Mapping[Dimension, int]) -> bool:
+        args = self._head(reservation.request_id)
+        for rule in reservation.rules:
+            more = extra.get(rule.dimension, 0)
+            args += [kind_of(rule), rule.effective_limit(reservation.priority), more, int(rule.shadow)]
+        reply = await self._run("top_up_v1", self._keys(reservation.rules), args)
+        if not int(reply[0]):
+            return False
+        for dim, more in extra.items():
+            reservation.reserved[dim] = reservation.reserved.get(dim, 0) + more
+        return True
+
+    async def settle(self, reservation: Reservation, used: Mapping[Dimension, int]) -> None:
+        args: list[str | int] = [reservation.request_id, self._sub_ms, self._n]
+        for rule in reservation.rules:
+            args += [kind_of(rule), used.get(rule.dimension, 0)]
+        await self._run("settle_v1", self._keys(reservation.rules), args)
+
+    async def renew(self, reservations: Sequence[Reservation]) -> None:
+        for start in range(0, len(reservations), RENEW_BATCH):
+            keys: list[str] = []
+            args: list[str | int] = [self._lease_ms]
+            for reservation in reservations[start : start + RENEW_BATCH]:
+                keys += self._keys(reservation.rules)
+                args += [reservation.request_id, len(reservation.rules)]
+            if keys:
+                await self._run("renew_v1", keys, args)
+
+    async def close(self) -> None:
+        await self._redis.aclose()

@@ -1,0 +1,146 @@
+"""Time math shared by the backends: rule kinds, UTC quota periods, and the per-rule check.
+
+All times are integer milliseconds of the deciding clock (the Redis server's `TIME` for the Redis
+backend, the injected clock for the memory backend). `ratelimit/lua/lib_v1.lua` implements the same
+functions in Lua; the contract tests run both backends through the same cases, keeping them in step.
+
+A rule's *used* amount at time t is
+- minute rules: settled usage of the current and previous `n - 1` sub-windows + live leases;
+- quota rules: settled usage of the current UTC day / month + live leases;
+- concurrency rules: live leases (each holds 1).
+A request fits a rule when used + cost <= the rule's effective limit for its priority.
+"""
+
+from __future__ import annotations
+
+import calendar
+import datetime as dt
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ratelimit.model import (
+    SUB_WINDOWS,
+    WINDOW_OF,
+    WINDOW_S,
+    Admission,
+    Decision,
+    Reservation,
+    Rule,
+    RuleState,
+    Window,
+)
+
+DEFAULT_SUB_WINDOW_MS = WINDOW_S * 1000 // SUB_WINDOWS
+DAY_MS = 86_400_000
+# Concurrency slots free up when some other request settles, which nobody can predict.
+CONCURRENCY_RETRY_MS = 1000
+
+KIND_OF_WINDOW: dict[Window, str] = {Window.MINUTE: "m", Window.DAY: "d", Window.MONTH: "M", Window.NONE: "c"}
+
+
+def kind_of(rule: Rule) -> str:
+    return KIND_OF_WINDOW[WINDOW_OF[rule.dimension]]
+
+
+def period(kind: str, t_ms: int) -> tuple[str, int]:
+    """(period id, period end in ms) of a quota kind (`d` day, `M` month) at t, UTC calendar."""
+    days = t_ms // DAY_MS
+    if kind == "d":
+        return f"d{days}", (days + 1) * DAY_MS
+    day = dt.date(1970, 1, 1) + dt.timedelta(days=days)
+    first_next = day.replace(day=1) + dt.timedelta(days=calendar.monthrange(day.year, day.month)[1])
+    return f"m{day.year:04d}{day.month:02d}", (first_next - dt.date(1970, 1, 1)).days * DAY_MS
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    """One rule's situation at decision time (everything needed for fit, Retry-After and headers)."""
+
+    kind: str
+    limit: int
+    cost: int
+    leased: int  # live lease amounts (this request excluded)
+    counts: Sequence[int]  # minute rules: sub-window usage, oldest first, current last; else empty
+    quota_used: int  # quota rules: settled usage of the period
+    period_end_ms: int  # quota rules
+    earliest_lease_ms: int | None  # expiry of the first lease to expire, if any
+
+    @property
+    def used(self) -> int:
+        return self.leased + sum(self.counts) + self.quota_used
+
+    @property
+    def fits(self) -> bool:
+        return self.used + self.cost <= self.limit
+
+    def retry_ms(self, t_ms: int, cur: int, sub_ms: int) -> int:
+        """When the request could fit, if nothing else arrives (>= 1 ms)."""
+        if self.kind == "c":
+            return CONCURRENCY_RETRY_MS
+        if self.kind in ("d", "M"):
+            return max(1, self.period_end_ms - t_ms)
+        need = self.used + self.cost - self.limit
+        freed = 0
+        # Sub-window cur - n + 1 + k leaves the window at (cur + 1 + k) * sub_ms.
+        for k, count in enumerate(self.counts):
+            freed += count
+            if freed >= need:
+                return max(1, (cur + 1 + k) * sub_ms - t_ms)
+        if self.earliest_lease_ms is not None and self.cost <= self.limit:
+            # Live leases will settle (usage <= reservation) or expire; the first one is the next chance.
+            return max(1, self.earliest_lease_ms - t_ms)
+        return len(self.counts) * sub_ms
+
+    def state(self, charged: int, t_ms: int, cur: int, sub_ms: int) -> tuple[int, int]:
+        """(remaining, reset_ms) after the decision; `charged` is the cost if admitted, else 0."""
+        total = self.used + charged
+        remaining = max(0, self.limit - total)
+        if self.kind in ("d", "M"):
+            return remaining, self.period_end_ms - t_ms
+        if self.kind == "c" or total == 0:
+            return remaining, 0
+        if self.leased + charged > 0:
+            newest = cur  # a lease settles into the current (or a later) sub-window
+        else:
+            newest = cur - len(self.counts) + 1 + max(k for k, c in enumerate(self.counts) if c)
+        return remaining, (newest + len(self.counts)) * sub_ms - t_ms
+
+
+@dataclass(frozen=True, slots=True)
+class RuleOutcome:
+    """One rule's part of a decision, as both backends report it."""
+
+    remaining: int
+    reset_ms: int
+    shadow_refused: bool
+
+
+def choose_refusal(admission: Admission, retry_ms: Sequence[int | None]) -> tuple[int, int]:
+    """(index, retry ms) of the refusing non-shadow rule that binds longest (ties: the first), or (-1, 0).
+
+    `retry_ms[i]` is None when rule i fits. Retry-After must cover the slowest refusing rule (retrying
+    earlier is refused again), and naming that same rule keeps the 429 message and header consistent.
+    """
+    best, best_ms = -1, 0
+    for i, (rule, ms) in enumerate(zip(admission.rules, retry_ms, strict=True)):
+        if ms is not None and not rule.shadow and ms > best_ms:
+            best, best_ms = i, ms
+    return best, best_ms
+
+
+def build_decision(
+    admission: Admission, refused: int, retry_ms: int, outcomes: Sequence[RuleOutcome], t_ms: int, token: str
+) -> Decision:
+    states = tuple(
+        RuleState(rule, o.remaining, o.reset_ms / 1000)
+        for rule, o in zip(admission.rules, outcomes, strict=True)
+    )
+    shadow = tuple(rule for rule, o in zip(admission.rules, outcomes, strict=True) if o.shadow_refused)
+    if refused >= 0:
+        return Decision(
+            False, None, states, admission.rules[refused], max(retry_ms, 1) / 1000, shadow_refusals=shadow
+        )
+    reservation = Reservation(
+        admission.request_id, admission.rules, dict(admission.cost), admission.priority, token, t_ms / 1000
+    )
+    return Decision(True, reservation, states, shadow_refusals=shadow)

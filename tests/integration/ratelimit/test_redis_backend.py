@@ -1,0 +1,67 @@
+"""Redis-only behaviour: key layout on a real server, Lua calendar == Python calendar, NOSCRIPT reload."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import AsyncIterator
+
+import pytest
+import redis.asyncio as aioredis
+from redis.crc import key_slot
+from redis_server import RedisServer
+
+from ratelimit.model import Admission, Dimension, Level, Rule
+from ratelimit.redis_backend import RedisBackend
+from ratelimit.rules import request_cost, usage_cost
+from ratelimit.windows import period
+
+
+@pytest.fixture
+async def client(redis_server: RedisServer) -> AsyncIterator[aioredis.Redis]:
+    c = aioredis.Redis.from_url(redis_server.url)
+    yield c
+    await c.aclose()
+
+
+async def test_every_key_written_hashes_to_the_prefix_slot(
+    redis_server: RedisServer, client: aioredis.Redis
+) -> None:
+    backend = RedisBackend.from_url(redis_server.url, lease_s=30, key_prefix="slots")
+    await backend.load()
+    scopes = ["a:b", "{x}", "}{", "*", "org/app", "%41"]
+    levels = list(Level)
+    rules = tuple(Rule(levels[i % len(levels)], s, d, 10**6) for i, s in enumerate(scopes) for d in Dimension)
+    decision = await backend.admit(Admission("slot-1", rules, request_cost(5, 5)))
+    assert decision.reservation is not None
+    await backend.settle(decision.reservation, usage_cost(5, 5))
+    decision = await backend.admit(Admission("slot-2", rules, request_cost(5, 5)))  # leaves live leases
+    keys = [k async for k in client.scan_iter(match="{slots}*")]
+    kinds = {k.rsplit(b":", 2)[-2] if b":w:" in k or b":q:" in k else k.rsplit(b":", 1)[-1] for k in keys}
+    assert kinds == {b"w", b"q", b"l", b"a"}
+    assert {key_slot(k) for k in keys} == {key_slot(b"{slots}")}
+    assert all([await client.pttl(k) > 0 for k in keys])  # everything expires by itself
+    await backend.close()
+
+
+async def test_lua_calendar_matches_python(client: aioredis.Redis) -> None:
+    from importlib import resources
+
+    lib = resources.files("ratelimit").joinpath("lua", "lib_v1.lua").read_text()
+    script = lib + "\nlocal id, e = period(ARGV[1], tonumber(ARGV[2]))\nreturn {id, e}"
+    start = dt.datetime(1999, 12, 25, tzinfo=dt.UTC)
+    for days in list(range(0, 800, 3)) + [36_500 + d for d in range(0, 400, 7)]:
+        t = int((start + dt.timedelta(days=days, hours=days % 24)).timestamp() * 1000)
+        for kind in ("d", "M"):
+            pid, end = await client.eval(script, 0, kind, t)  # type: ignore[misc]
+            assert (pid.decode(), int(end)) == period(kind, t)
+
+
+async def test_scripts_reload_after_script_flush(redis_server: RedisServer, client: aioredis.Redis) -> None:
+    backend = RedisBackend.from_url(redis_server.url, lease_s=30, key_prefix="flush")
+    await backend.load()
+    rules = (Rule(Level.KEY, "k", Dimension.REQUESTS, 2),)
+    assert (await backend.admit(Admission("f1", rules, request_cost(1, 1)))).allowed
+    await client.script_flush()  # what a Redis restart or failover does to the script cache
+    assert (await backend.admit(Admission("f2", rules, request_cost(1, 1)))).allowed
+    assert not (await backend.admit(Admission("f3", rules, request_cost(1, 1)))).allowed
+    await backend.close()
