@@ -76,11 +76,13 @@ def build(policy: Policy, settings: Settings) -> Components:
         else None
     )
     metrics = Metrics(policy)
-    local = MemoryBackend(lease_s=limits.lease_s)
+    local = MemoryBackend(lease_s=limits.lease_s, sub_window_s=limits.sub_window_s)
     redis_backend: RedisBackend | None = None
     limiter: Limiter
     if limits.backend == "redis" and client is not None:
-        redis_backend = RedisBackend(client, lease_s=limits.lease_s, key_prefix=limits.key_prefix)
+        redis_backend = RedisBackend(
+            client, lease_s=limits.lease_s, key_prefix=limits.key_prefix, sub_window_s=limits.sub_window_s
+        )
         failover = FailoverLimiter(redis_backend, local, limits.on_backend_error)
         metrics.registry.register(FailoverCollector(failover.stats))
         limiter = failover

@@ -146,6 +146,14 @@ class LimitsConfig(_Frozen):
         description="Redis unreachable: fail_open = local approximate limiter per replica; fail_closed = 503",
     )
     lease_s: float = Field(30.0, gt=0, le=3600, description="reservation / concurrency-slot lease")
+    sub_window_s: float = Field(
+        WINDOW_S / SUB_WINDOWS,
+        ge=0.05,
+        le=WINDOW_S / SUB_WINDOWS,
+        description="per-minute limits slide over 12 sub-windows of this length; the default makes the "
+        "window one minute. Shorter values (the limit then applies per 12 x sub_window_s) are for load "
+        "tests and demos",
+    )
     stream_chunk_tokens: int = Field(
         256, ge=1, description="output tokens reserved at a time for streams without a client max_tokens"
     )
