@@ -413,7 +413,12 @@ class Relay:
             tail = b""
             try:
                 while True:
-                    if topup and _produced(splitter) >= ticket.output_reserved and not splitter.saw_done:
+                    if (
+                        topup
+                        and ticket.topping_up
+                        and _produced(splitter) >= ticket.output_reserved
+                        and not splitter.saw_done
+                    ):
                         if not await self._admissions.top_up(ticket):
                             # The budget refuses more: stop the pool, end the stream like max_tokens would.
                             tail = _length_tail(kind, splitter, client_usage, choices)

@@ -18,6 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from gateway.keys import generate_key, hash_key  # noqa: E402
 from tests.support.procs import free_port, running, sim_args, write_policy  # noqa: E402
 
 CHECKS = "not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance"
@@ -34,7 +35,10 @@ def main() -> int:
         for name, port in sims.items():
             sim = sim_args(port, name, "--profile", "instant", "--output-len-mean", "16")
             es.enter_context(running(sim, f"http://127.0.0.1:{port}/health", log=t / f"sim-{name}.log"))
-        policy = write_policy(t / "policy.yaml", {n: f"http://127.0.0.1:{p}" for n, p in sims.items()})
+        key = generate_key()
+        tenancy = f"tenancy:\n  keys:\n    - {{id: fuzz, sha256: {hash_key(key)}, org: fuzz, app: fuzz}}\n"
+        pools = {n: f"http://127.0.0.1:{p}" for n, p in sims.items()}
+        policy = write_policy(t / "policy.yaml", pools, extra_yaml=tenancy)
         gw = free_port()
         gw_args = ["serve", "--config", str(policy), "--port", str(gw)]
         es.enter_context(running(gw_args, f"http://127.0.0.1:{gw}/healthz", log=t / "gateway.log"))
@@ -50,6 +54,8 @@ def main() -> int:
             str(args.seed),
             "--mode",
             "all",
+            "--header",
+            f"Authorization: Bearer {key}",
             "--suppress-health-check",
             "all",
         ]

@@ -67,7 +67,7 @@ def sim_args(port: int, name: str, *extra: str) -> list[str]:
     return ["sim", "--host", "127.0.0.1", "--port", str(port), "--served-model-name", name, *extra]
 
 
-def write_policy(path: Path, pools: dict[str, str], extra_models: str = "") -> Path:
+def write_policy(path: Path, pools: dict[str, str], extra_yaml: str = "") -> Path:
     """A policy with one alias per pool (same name), pools given as name -> base URL."""
     lines = ["pools:"]
     for name, url in pools.items():
@@ -81,5 +81,5 @@ def write_policy(path: Path, pools: dict[str, str], extra_models: str = "") -> P
     lines.append("models:")
     for name in pools:
         lines.append(f"  - {{name: {name}, route: {{pool: {name}}}, max_tokens: {{default: 64, cap: 256}}}}")
-    path.write_text("\n".join(lines) + "\n" + extra_models)
+    path.write_text("\n".join(lines) + "\n" + extra_yaml)
     return path

@@ -1,0 +1,163 @@
+"""Helpers of the limiter's e2e tests: policies, Prometheus text, the limiter's Redis keys, streamed calls."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import redis
+
+from gateway.keys import generate_key, hash_key
+
+PREFIX = "{llmgw}"
+
+
+@dataclass(frozen=True)
+class TenantKey:
+    id: str
+    key: str
+    org: str
+    app: str
+
+    @staticmethod
+    def new(id: str, org: str, app: str) -> TenantKey:
+        return TenantKey(id, generate_key(), org, app)
+
+
+def write_policy(
+    path: Path,
+    sims: Sequence[str],
+    keys: Iterable[TenantKey],
+    limits: str,
+    org_limits: dict[str, str] | None = None,
+    store: str = "memory",
+    max_tokens_cap: int = 4096,
+) -> Path:
+    """A policy with one pool `sim` (model alias `sim`) over `sims`, `limits:` body given as YAML flow text."""
+    endpoints = ", ".join(f'"{u}"' for u in sims)
+    lines = [
+        "pools:",
+        "  - name: sim",
+        "    model: sim",
+        f"    endpoints: {{static: [{endpoints}]}}",
+        "    timeouts: {connect_s: 2, first_token_s: 20, total_s: 120}",
+        "models:",
+        f"  - {{name: sim, route: {{pool: sim}}, max_tokens: {{default: 64, cap: {max_tokens_cap}}}}}",
+        f"limits: {limits}",
+        "tenancy:",
+        f"  store: {store}",
+        "  keys:",
+    ]
+    for k in keys:
+        lines.append(f"    - {{id: {k.id}, sha256: {hash_key(k.key)}, org: {k.org}, app: {k.app}}}")
+    if org_limits:
+        lines.append("  orgs:")
+        for org, lim in org_limits.items():
+            lines.append(f"    - {{name: {org}, limits: {lim}}}")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def metric(text: str, name: str, labels: str = "") -> float:
+    """Sum of a Prometheus metric's samples whose labels contain `labels`."""
+    total = 0.0
+    for line in text.splitlines():
+        m = re.match(rf"^{re.escape(name)}(\{{[^}}]*\}})? (\S+)$", line)
+        if m and labels in (m.group(1) or ""):
+            total += float(m.group(2))
+    return total
+
+
+def sim_tokens(sims: Sequence[str]) -> int:
+    """prompt + generation tokens the simulators report, summed over all of them."""
+    total = 0.0
+    for url in sims:
+        text = httpx.get(f"{url}/metrics", timeout=10).text
+        total += metric(text, "vllm:prompt_tokens_total") + metric(text, "vllm:generation_tokens_total")
+    return int(total)
+
+
+def base_key(level: str, scope: str, dim: str) -> str:
+    return f"{PREFIX}:{level}:{scope}:{dim}"
+
+
+def live_leases(r: redis.Redis) -> dict[str, int]:
+    """Every lease ZSET's cardinality and every amount hash's `sum` that is not zero (all levels)."""
+    out: dict[str, int] = {}
+    for k in r.scan_iter(match=f"{PREFIX}:*:l", count=1000):
+        n = int(r.zcard(k))
+        if n:
+            out[k.decode()] = n
+    for k in r.scan_iter(match=f"{PREFIX}:*:a", count=1000):
+        amounts = r.hgetall(k)
+        total = sum(int(v) for f, v in amounts.items() if f != b"sum")
+        total += abs(int(amounts.get(b"sum", 0)))
+        if total:
+            out[k.decode()] = total
+    return out
+
+
+def sub_window_counters(r: redis.Redis, base: str) -> dict[int, int]:
+    """Sub-window number -> settled usage, for the counters of `base` that still exist."""
+    keys = [k for k in r.scan_iter(match=f"{base}:w:*", count=1000)]
+    if not keys:
+        return {}
+    values = r.mget(keys)
+    return {int(k.rsplit(b":", 1)[1]): int(v) for k, v in zip(keys, values, strict=True) if v is not None}
+
+
+@dataclass
+class StreamResult:
+    status: int
+    headers: httpx.Headers
+    usage: dict[str, Any] | None = None
+    chunks: int = 0
+    body: bytes = b""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def chat_body(max_tokens: int, prompt: str = "Count to ten, please.", **extra: Any) -> dict[str, Any]:
+    return {
+        "model": "sim",
+        "messages": [{"role": "user", "content": prompt}],
+        "max_tokens": max_tokens,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "ignore_eos": True,
+        **extra,
+    }
+
+
+async def stream_chat(client: httpx.AsyncClient, url: str, key: str, body: dict[str, Any]) -> StreamResult:
+    """POST a streamed chat completion, read it to the end, keep the usage chunk."""
+    headers = {"authorization": f"Bearer {key}"}
+    async with client.stream("POST", f"{url}/v1/chat/completions", json=body, headers=headers) as resp:
+        res = StreamResult(resp.status_code, resp.headers)
+        if resp.status_code != 200:
+            res.body = await resp.aread()
+            return res
+        async for line in resp.aiter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            obj = orjson.loads(line[6:])
+            res.chunks += 1
+            if obj.get("usage"):
+                res.usage = obj["usage"]
+    return res
+
+
+async def wait_until(predicate: Any, timeout: float, interval: float = 0.1) -> bool:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        if predicate():
+            return True
+        if loop.time() >= deadline:
+            return False
+        await asyncio.sleep(interval)
