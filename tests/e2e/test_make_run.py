@@ -1,0 +1,75 @@
+"""`make run`'s stack (scripts/dev-run.sh): two simulators, the gateway, auth on, a printed demo key."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+from openai import OpenAI
+
+from tests.support.procs import ROOT, free_port
+
+pytestmark = pytest.mark.e2e
+
+
+def _busy(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def test_make_run_serves_both_pools_with_a_demo_key(tmp_path: Path) -> None:
+    if _busy(8001) or _busy(8002):
+        pytest.skip("ports 8001/8002 (the example config's simulators) are in use")
+    port = free_port()
+    env = {**os.environ, "PORT": str(port), "BIN": str(Path(sys.executable).parent)}
+    log = tmp_path / "run.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            ["bash", str(ROOT / "scripts" / "dev-run.sh")],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
+    try:
+        key = None
+        deadline = time.monotonic() + 60
+        while key is None and time.monotonic() < deadline:
+            assert proc.poll() is None, log.read_text()
+            m = re.search(r"demo API key: (sk-[A-Za-z0-9_-]+)", log.read_text())
+            key = m.group(1) if m else None
+            time.sleep(0.2)
+        assert key, log.read_text()
+        base = f"http://127.0.0.1:{port}/v1"
+        for alias in ("small", "large"):
+            reply = OpenAI(base_url=base, api_key=key, max_retries=0).chat.completions.create(
+                model=alias, messages=[{"role": "user", "content": "Hi"}], max_tokens=4
+            )
+            assert reply.model == alias and reply.choices[0].message.content
+        assert httpx.get(f"{base}/models", timeout=5).status_code == 200
+        no_key = httpx.post(f"{base}/chat/completions", json={"model": "small", "messages": []}, timeout=5)
+        assert no_key.status_code == 401
+        with pytest.raises(openai.AuthenticationError):
+            OpenAI(base_url=base, api_key="sk-wrong", max_retries=0).chat.completions.create(
+                model="small", messages=[{"role": "user", "content": "Hi"}]
+            )
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    deadline = time.monotonic() + 10
+    while (_busy(8001) or _busy(8002) or _busy(port)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not (_busy(8001) or _busy(8002) or _busy(port)), "make run left processes behind"
