@@ -1,6 +1,6 @@
 """The pure parts of the overhead benchmark: statistics, parsing, target evaluation, rendering.
 
-No timing is asserted here: the benchmark is a measuring command (eval/bench_overhead.py).
+No timing is asserted here: the benchmark (eval/overhead/) is a measuring command.
 """
 
 from __future__ import annotations
@@ -11,19 +11,21 @@ from typing import Any
 
 import pytest
 
-from eval.bench_overhead import (
-    TARGETS,
-    Target,
-    _ClientConn,
-    count_sse_events,
-    evaluate_targets,
-    parse_wrk,
-    percentile,
-    render,
-    request_body,
-    summarize_ns,
-    wrk_script,
+from eval.overhead.client import _ClientConn, count_sse_events, raw_request, request_body
+from eval.overhead.limiter import (
+    backend_phases,
+    compare_latency,
+    histogram_delta,
+    parse_histogram,
+    summarize_histogram,
+    write_limiter_policy,
 )
+from eval.overhead.measure import Side, rotated
+from eval.overhead.procs import write_policy
+from eval.overhead.report import TARGETS, Target, evaluate_targets, percentile, render, summarize_ns
+from eval.overhead.wrk import parse_wrk, wrk_script
+from gateway.config import load_policy
+from gateway.keys import generate_key, hash_key
 
 
 def test_percentile_interpolates_like_numpy_linear() -> None:
@@ -182,3 +184,97 @@ def test_client_parser_handles_split_chunked_and_content_length() -> None:
     conn._buf = bytearray(b"HTTP/1.1 429 Too Many\r\nContent-Length: 2\r\n\r\nok")
     conn._reset()
     assert conn._parse() and conn._status == 429 and bytes(conn._body) == b"ok"
+
+
+# -- the limiter comparison (issue 3) --------------------------------------------------------------
+
+
+def test_policies_parse_spine_without_auth_and_limiter_with_redis_and_the_key(tmp_path: Path) -> None:
+    spine = tmp_path / "spine.yaml"
+    write_policy(spine, 9001)
+    p = load_policy(spine)
+    assert p.tenancy.auth == "disabled" and p.limits.backend == "memory"
+
+    key = generate_key()
+    lim = tmp_path / "limiter.yaml"
+    write_limiter_policy(lim, 9001, hash_key(key))
+    q = load_policy(lim)
+    assert q.tenancy.auth == "required" and q.limits.backend == "redis"
+    assert [k.sha256 for k in q.tenancy.keys] == [hash_key(key)]
+    assert q.pools[0].endpoints == p.pools[0].endpoints
+
+
+def test_requests_carry_the_extra_headers(tmp_path: Path) -> None:
+    raw = raw_request(8000, b"{}", (("Authorization", "Bearer sk-x"),))
+    head, _, body = raw.partition(b"\r\n\r\n")
+    assert b"\r\nAuthorization: Bearer sk-x\r\n" in head + b"\r\n" and body == b"{}"
+    assert b"Authorization" not in raw_request(8000, b"{}")
+    script = wrk_script(tmp_path / "s.lua", b"{}", (("Authorization", "Bearer sk-x"),)).read_text()
+    assert 'wrk.headers["Authorization"] = "Bearer sk-x"' in script
+
+
+def test_rotation_keeps_the_two_side_alternation() -> None:
+    a, b, c = (Side(n, 1, 1) for n in ("direct", "gateway", "limiter"))
+    assert [[s.name for s in rotated([a, b], r)] for r in range(3)] == [
+        ["direct", "gateway"],
+        ["gateway", "direct"],
+        ["direct", "gateway"],
+    ]
+    firsts = [rotated([a, b, c], r)[0].name for r in range(6)]
+    assert sorted(firsts) == ["direct", "direct", "gateway", "gateway", "limiter", "limiter"]
+
+
+_METRICS = """\
+# TYPE llmgw_ratelimit_backend_seconds histogram
+llmgw_ratelimit_backend_seconds_bucket{le="0.0001"} 0.0
+llmgw_ratelimit_backend_seconds_bucket{le="0.00025"} 10.0
+llmgw_ratelimit_backend_seconds_bucket{le="0.0005"} 95.0
+llmgw_ratelimit_backend_seconds_bucket{le="0.001"} 99.0
+llmgw_ratelimit_backend_seconds_bucket{le="+Inf"} 100.0
+llmgw_ratelimit_backend_seconds_count 100.0
+llmgw_ratelimit_backend_seconds_sum 0.04
+llmgw_other_bucket{le="0.1"} 7.0
+"""
+
+
+def test_backend_histogram_parse_delta_and_bucket_percentiles() -> None:
+    h = parse_histogram(_METRICS)
+    assert h["count"] == 100 and h["buckets"]["+Inf"] == 100
+    s = summarize_histogram(h)
+    assert s["mean_ms"] == pytest.approx(0.4)
+    assert s["p50_le_ms"] == 0.5 and s["p99_le_ms"] == 1.0
+    later = parse_histogram(_METRICS.replace(" 100.0", " 200.0").replace("0.04", "0.54"))
+    d = summarize_histogram(histogram_delta(later, h))
+    assert d["count"] == 100 and d["p50_le_ms"] is None  # the 100 new calls all landed in +Inf
+    assert summarize_histogram(parse_histogram("")) == {"count": 0, "sum_s": 0.0, "buckets": {}}
+    phases = backend_phases(h, later)
+    assert phases["latency_phase"]["count"] == 100 and phases["throughput_phase"]["count"] == 100
+    assert backend_phases({"error": "down"}, later)["latency_phase"] == {"error": "down"}
+
+
+def test_limiter_comparison_target_and_render() -> None:
+    report = _report()
+    row8 = report["latency"]["unary@8"]
+    row8["limiter"] = {"n": 10, "p50_ms": 2.0, "p90_ms": 3.0, "p99_ms": 4.2, "errors": 0}
+    cmp = compare_latency(report["latency"])
+    assert list(cmp) == ["unary@8"]  # unary@1 has no limiter side
+    assert cmp["unary@8"]["delta_p99_ms"] == pytest.approx(0.7)
+    assert cmp["unary@8"]["delta_p50_ms"] == pytest.approx(0.5)
+    hist = {"latency_phase": summarize_histogram(parse_histogram(_METRICS)), "throughput_phase": {"count": 0}}
+    report["limiter"] = {
+        "latency": cmp,
+        "backend_seconds": hist,
+        "spine_backend_seconds": hist,
+        "memory": {"vmrss_mb": 70.0, "vmhwm_mb": 71.0},
+        "redis": "Redis server v=7.0",
+    }
+    report["throughput"]["unary"].update(limiter_rps=4000.0, limiter_best=None, limiter_over_gateway=0.71)
+    report["targets"] = evaluate_targets(report)
+    by_name = {t["name"]: t for t in report["targets"]}
+    limiter_target = by_name["limiter added P99 at c=8 (auth + Redis limiter - spine, non-streaming)"]
+    assert limiter_target["status"] == "pass" and limiter_target["threshold"] == 1.0
+    text = render(report)
+    assert "Limiter comparison" in text and "+0.700" in text and "4,000 req/s" in text
+    assert "P99 <= 1.000 ms" in text
+    json.dumps(report, allow_nan=False)
+    assert evaluate_targets(_report(limiter=None))[-1]["status"] == "n/a"

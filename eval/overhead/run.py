@@ -1,0 +1,315 @@
+"""Orchestration and CLI: start the upstream and the gateway, measure, report (docs/design/003)."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from eval.overhead.client import MODEL, ROOT, STREAM_TOKENS, request_body, run_async
+from eval.overhead.limiter import (
+    backend_phases,
+    compare_latency,
+    redis_args,
+    scrape_histogram,
+    write_limiter_policy,
+)
+from eval.overhead.measure import Endpoints, Options, Side, measure_latency, measure_throughput
+from eval.overhead.procs import free_port, proc_status, spawned, tail, write_policy
+from eval.overhead.report import evaluate_targets, render
+from eval.overhead.static_upstream import serve_static
+from gateway.keys import generate_key, hash_key
+
+
+def _git(*args: str) -> str:
+    try:
+        out = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False, timeout=5)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return out.stdout.strip()
+
+
+def environment() -> dict[str, Any]:
+    cpu_model = platform.processor() or ""
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                cpu_model = line.split(":", 1)[1].strip()
+                break
+    try:
+        from gateway import __version__ as gw_version
+    except ImportError:
+        gw_version = "?"
+    wrk = shutil.which("wrk")
+    wrk_version = ""
+    if wrk:
+        proc = subprocess.run([wrk, "-v"], capture_output=True, text=True, check=False)
+        wrk_version = (proc.stdout or proc.stderr).splitlines()[0] if (proc.stdout or proc.stderr) else ""
+    return {
+        "cpu_model": cpu_model,
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "git_commit": _git("rev-parse", "--short", "HEAD") or "?",
+        # Only uncommitted changes to the measured code matter for reading the figures.
+        "gateway_dirty": bool(_git("status", "--porcelain", "--", "gateway")),
+        "gateway_version": gw_version,
+        "wrk": wrk_version,
+    }
+
+
+def _start(
+    opts: Options, work: Path, stack: contextlib.ExitStack, progress: Callable[[str], None]
+) -> Endpoints:
+    """Start the upstream, the spine gateway and, with `opts.limiter`, Redis and the limiter gateway.
+
+    Both gateways are pinned on the gateway core (only one is loaded at a time); the upstream and Redis
+    share the load core with the load generator.
+    """
+    up_port, gw_port = free_port(), free_port()
+    if opts.upstream == "sim":
+        up_args = [sys.executable, "-m", "gateway", "sim", "--host", "127.0.0.1", "--port", str(up_port)]
+        up_args += ["--served-model-name", MODEL, "--profile", "instant"]
+    else:
+        up_args = [sys.executable, "-m", "eval.overhead", "--serve-static", str(up_port)]
+    policy = work / "policy.yaml"
+    write_policy(policy, up_port)
+    progress(f"starting {opts.upstream} upstream on :{up_port} and the spine gateway on :{gw_port}")
+    up_ready = f"http://127.0.0.1:{up_port}/health"
+    up = stack.enter_context(spawned(up_args, opts.load_cpu, up_ready, work / "upstream.log"))
+    quiet = {"LLMGW_LOG_LEVEL": "warning"}
+    gw = stack.enter_context(
+        spawned(_serve(policy, gw_port), opts.gateway_cpu, _healthz(gw_port), work / "gateway.log", quiet)
+    )
+    direct = Side("direct", up_port, up.pid)
+    spine = Side("gateway", gw_port, gw.pid)
+    if not opts.limiter:
+        return Endpoints(direct, spine, up.pid)
+
+    redis_server = shutil.which("redis-server") or "/usr/bin/redis-server"
+    redis_port, lim_port = free_port(), free_port()
+    redis_url = f"redis://127.0.0.1:{redis_port}/0"
+    progress(f"starting redis-server on :{redis_port} and the limiter gateway on :{lim_port}")
+    redis_log = work / "redis.log"
+    stack.enter_context(spawned(redis_args(redis_server, redis_port), opts.load_cpu, redis_url, redis_log))
+    key = generate_key()
+    lim_policy = work / "policy-limiter.yaml"
+    write_limiter_policy(lim_policy, up_port, hash_key(key))
+    lim = stack.enter_context(
+        spawned(
+            _serve(lim_policy, lim_port),
+            opts.gateway_cpu,
+            _healthz(lim_port),
+            work / "limiter.log",
+            {**quiet, "LLMGW_REDIS_URL": redis_url},
+        )
+    )
+    auth = (("Authorization", f"Bearer {key}"),)
+    return Endpoints(direct, spine, up.pid, Side("limiter", lim_port, lim.pid, auth))
+
+
+def _serve(policy: Path, port: int) -> list[str]:
+    return [sys.executable, "-m", "gateway", "serve", "--config", str(policy), "--port", str(port)]
+
+
+def _healthz(port: int) -> str:
+    return f"http://127.0.0.1:{port}/healthz"
+
+
+def _has_redis_server() -> bool:
+    return shutil.which("redis-server") is not None or Path("/usr/bin/redis-server").exists()
+
+
+def _redis_version() -> str:
+    server = shutil.which("redis-server") or "/usr/bin/redis-server"
+    if not Path(server).exists():
+        return ""
+    proc = subprocess.run([server, "--version"], capture_output=True, text=True, check=False)
+    return proc.stdout.strip()
+
+
+def run_benchmark(opts: Options, argv: Sequence[str]) -> dict[str, Any]:
+    started = time.monotonic()
+
+    def progress(msg: str) -> None:
+        print(f"[{time.monotonic() - started:6.1f}s] {msg}", file=sys.stderr, flush=True)
+
+    warnings: list[str] = []
+    if opts.load_cpu is not None:
+        # This process (the Python client) and wrk, its child, run on the load core.
+        os.sched_setaffinity(0, {opts.load_cpu})
+    if opts.gateway_cpu is None:
+        warnings.append("fewer than 2 usable cpus: nothing pinned, figures mix gateway and load")
+
+    limiter: dict[str, Any] | None = None
+    with tempfile.TemporaryDirectory(prefix="bench-overhead-") as tmp, contextlib.ExitStack() as stack:
+        work = Path(tmp)
+        ep = _start(opts, work, stack, progress)
+        try:
+            latency = run_async(lambda: measure_latency(opts, ep, progress))
+            scraped = {s.name: scrape_histogram(s.port) for s in ep.sides() if s.name != "direct"}
+            throughput = run_async(lambda: measure_throughput(opts, ep, work, progress))
+        except Exception:
+            for log in sorted(work.glob("*.log")):
+                print(f"--- {log.name} ---\n{tail(log)}", file=sys.stderr)
+            raise
+        memory = proc_status(ep.gateway.pid)
+        if ep.limiter is not None:
+            limiter = {
+                "latency": compare_latency(latency),
+                "throughput": {
+                    mode: {k: row.get(k) for k in ("gateway_rps", "limiter_rps", "limiter_over_gateway")}
+                    for mode, row in throughput.items()
+                },
+                "backend_seconds": backend_phases(scraped["limiter"], scrape_histogram(ep.limiter.port)),
+                "spine_backend_seconds": backend_phases(
+                    scraped["gateway"], scrape_histogram(ep.gateway.port)
+                ),
+                "memory": proc_status(ep.limiter.pid),
+                "redis": _redis_version(),
+            }
+
+    if not opts.limiter:
+        warnings.append("limiter comparison skipped (--no-limiter, or no redis-server on PATH)")
+    if not opts.use_wrk:
+        warnings.append("wrk not used: throughput measured with the Python client, which may cap it")
+    for key, row in latency.items():
+        if row["mode"] == "stream":
+            for side in ("direct", "gateway", "limiter"):
+                chunks = row.get(side, {}).get("chunks_mean")
+                if chunks is not None and chunks != STREAM_TOKENS + 1:
+                    warnings.append(
+                        f"{key} {side}: {chunks} events per stream, "
+                        f"expected {STREAM_TOKENS + 1} (role + tokens)"
+                    )
+    if any(row["concurrency"] >= 32 for row in latency.values()):
+        warnings.append(
+            "latency at concurrency 32 comes from the Python client sharing the load core with the upstream; "
+            "read it as queueing under load, the wrk figures as the throughput"
+        )
+    report: dict[str, Any] = {
+        "schema": 1,
+        "started_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "wall_seconds": round(time.monotonic() - started, 1),
+        "command": list(argv),
+        "config": {
+            "upstream": opts.upstream,
+            "concurrency": list(opts.concurrency),
+            "rounds": opts.rounds,
+            "requests": opts.requests,
+            "warmup": opts.warmup,
+            "duration": opts.duration,
+            "tp_rounds": opts.tp_rounds,
+            "tp_concurrency": opts.tp_concurrency,
+            "gateway_cpu": opts.gateway_cpu,
+            "load_cpu": opts.load_cpu,
+            "pinned": opts.gateway_cpu is not None,
+            "stream_tokens": STREAM_TOKENS,
+            "request_body": request_body(False).decode(),
+            "limiter": opts.limiter,
+            "limiter_concurrency": list(opts.limiter_concurrency) if opts.limiter else [],
+        },
+        "environment": environment(),
+        "latency": latency,
+        "throughput": throughput,
+        "memory": memory,
+        "limiter": limiter,
+        "warnings": warnings,
+    }
+    report["targets"] = evaluate_targets(report)
+    return report
+
+
+def _cpus(gateway_cpu: int, load_cpu: int) -> tuple[int | None, int | None]:
+    try:
+        usable = os.sched_getaffinity(0)
+    except (AttributeError, OSError):
+        return None, None
+    if gateway_cpu in usable and load_cpu in usable and gateway_cpu != load_cpu:
+        return gateway_cpu, load_cpu
+    return None, None
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="python -m eval.bench_overhead",
+        description="Measure the latency, throughput and memory the gateway adds to its upstream.",
+    )
+    p.add_argument(
+        "--upstream",
+        choices=("sim", "static"),
+        default="sim",
+        help="sim: `llmgw sim --profile instant`; static: a canned asyncio server (faster)",
+    )
+    p.add_argument(
+        "--requests",
+        type=int,
+        default=5000,
+        help="requests per side, mode and concurrency for latency (default 5000)",
+    )
+    p.add_argument("--rounds", type=int, default=10, help="interleaved direct/gateway rounds (default 10)")
+    p.add_argument("--concurrency", default="1,8,32", help="latency concurrency levels (default 1,8,32)")
+    p.add_argument("--warmup", type=int, default=400, help="warm-up requests per side and mode")
+    p.add_argument("--duration", type=float, default=8.0, help="seconds per throughput run (default 8)")
+    p.add_argument("--tp-rounds", type=int, default=2, help="throughput runs per side and mode (default 2)")
+    p.add_argument("--tp-concurrency", type=int, default=32, help="throughput connections (default 32)")
+    p.add_argument("--gateway-cpu", type=int, default=0, help="core for the gateway (default 0)")
+    p.add_argument("--load-cpu", type=int, default=1, help="core for the upstream and load generator")
+    p.add_argument("--no-wrk", action="store_true", help="use the Python client for throughput")
+    p.add_argument(
+        "--no-limiter",
+        action="store_true",
+        help="skip the limiter comparison (a second gateway with auth + the Redis limiter, and redis-server)",
+    )
+    p.add_argument(
+        "--limiter-concurrency", default="1,8", help="latency levels that include the limiter (default 1,8)"
+    )
+    p.add_argument("--out", type=Path, default=Path("bench-results/overhead.json"), help="JSON report path")
+    p.add_argument("--serve-static", type=int, metavar="PORT", help=argparse.SUPPRESS)
+    return p.parse_args(list(argv))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    args = parse_args(args_list)
+    if args.serve_static is not None:
+        run_async(lambda: serve_static(args.serve_static))
+        return 0
+    gw_cpu, load_cpu = _cpus(args.gateway_cpu, args.load_cpu)
+    opts = Options(
+        upstream=args.upstream,
+        concurrency=tuple(int(x) for x in args.concurrency.split(",") if x),
+        rounds=max(1, args.rounds),
+        requests=max(1, args.requests),
+        warmup=args.warmup,
+        duration=args.duration,
+        tp_rounds=max(1, args.tp_rounds),
+        tp_concurrency=args.tp_concurrency,
+        gateway_cpu=gw_cpu,
+        load_cpu=load_cpu,
+        use_wrk=not args.no_wrk and shutil.which("wrk") is not None,
+        out=args.out,
+        limiter=not args.no_limiter and _has_redis_server(),
+        limiter_concurrency=tuple(int(x) for x in args.limiter_concurrency.split(",") if x),
+    )
+    report = run_benchmark(opts, ["python", "-m", "eval.bench_overhead", *args_list])
+    print(render(report))
+    opts.out.parent.mkdir(parents=True, exist_ok=True)
+    opts.out.write_text(json.dumps(report, indent=2) + "\n")
+    print(f"\nwrote {opts.out} ({report['wall_seconds']:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
