@@ -140,3 +140,15 @@ local function live_expiry(base, id, t)
   if score and score > t then return score end
   return nil
 end
+
+-- Rule specs packed by the client: "kind,limit,amount,shadow;" per rule.
+local function parse_specs(spec)
+  local kinds, limits, amounts, shadows = {}, {}, {}, {}
+  for kind, limit, amount, shadow in string.gmatch(spec, '(%a),(%d+),(%d+),([01]);') do
+    kinds[#kinds + 1] = kind
+    limits[#limits + 1] = tonumber(limit)
+    amounts[#amounts + 1] = tonumber(amount)
+    shadows[#shadows + 1] = shadow == '1'
+  end
+  return kinds, limits, amounts, shadows
+end

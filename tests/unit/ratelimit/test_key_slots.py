@@ -27,7 +27,7 @@ class RecordingRedis:
 
     async def script_load(self, source: str) -> str:
         sha = hashlib.sha1(source.encode()).hexdigest()
-        self.names[sha] = next(n.removesuffix("_v1") for n in SCRIPTS if load_script(n) == source)
+        self.names[sha] = next(n.rsplit("_v", 1)[0] for n in SCRIPTS if load_script(n) == source)
         return sha
 
     async def evalsha(self, sha: str, numkeys: int, *args: Any) -> Any:

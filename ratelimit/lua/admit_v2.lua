@@ -1,19 +1,19 @@
 -- Admit one request at every rule, all or nothing, in one round trip.
 -- KEYS[i]   rule base key (ratelimit/keys.py)
 -- ARGV      request id, lease ms, sub-window ms, sub-windows, purge batch,
---           then per rule: kind (m|d|M|c), effective limit, cost, shadow (0|1)
+--           rule specs "kind,limit,cost,shadow;" per rule in KEYS order (kind m|d|M|c, shadow 0|1).
+--           One packed argument instead of four per rule: the client's per-argument cost dominated.
 -- Reply     {allowed 0|1, server ms, refused rule index (1-based, 0 = none), retry ms,
 --            then per rule: remaining, reset ms, shadow refused 0|1}
 local id = ARGV[1]
 local lease_ms, sub_ms, n, batch = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local t = now_ms()
 local cur = math.floor(t / sub_ms)
-local checks, limits, costs, shadows = {}, {}, {}, {}
+local kinds, limits, costs, shadows = parse_specs(ARGV[6])
+local checks = {}
 local refused, refused_retry = 0, 0
 for i = 1, #KEYS do
-  local o = 5 + (i - 1) * 4
-  limits[i], costs[i], shadows[i] = tonumber(ARGV[o + 2]), tonumber(ARGV[o + 3]), ARGV[o + 4] == '1'
-  local c = check(KEYS[i], ARGV[o + 1], t, cur, n, batch)
+  local c = check(KEYS[i], kinds[i], t, cur, n, batch)
   checks[i] = c
   c.fits = c.used + costs[i] <= limits[i]
   if not c.fits and not shadows[i] then
