@@ -108,13 +108,21 @@ class Admissions:
         self._config = config
         self._limiter = limiter
         self._metrics = metrics
-        self._rules: OrderedDict[tuple[Tenant, str], tuple[Rule, ...]] = OrderedDict()
+        self._rules: OrderedDict[tuple[str, str, str], tuple[Rule, ...]] = OrderedDict()
+        # Hot-path children, labelled once.
+        self._allowed = metrics.limit_decisions.labels("all", "all", "allowed")
+        self._degraded = metrics.limit_decisions.labels("all", "all", "degraded")
+        self._reserved = metrics.limit_tokens.labels("reserved")
+        self._settled = metrics.limit_tokens.labels("settled")
         self._active: dict[str, Reservation] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
     def rules_for(self, tenant: Tenant, pool: str) -> tuple[Rule, ...]:
-        """Resolved rules, cached (merging limit overrides is far slower than a dict lookup)."""
-        key = (tenant, pool)
+        """Resolved rules, cached (merging limit overrides is far slower than a dict lookup).
+
+        Keyed by key id: a key's record (tier, overrides) never changes; revoking makes a new key.
+        """
+        key = (tenant.key_id, tenant.tier, pool)
         rules = self._rules.get(key)
         if rules is None:
             rules = resolve_rules(self._config, tenant, pool)
@@ -151,13 +159,13 @@ class Admissions:
         if not decision.allowed or decision.reservation is None:
             raise self._refusal(decision, headers)
         self._active[request_id] = decision.reservation
-        self._metrics.limit_tokens.labels("reserved").inc(input_estimate + output)
+        self._reserved.inc(input_estimate + output)
         return Ticket(decision.reservation, input_estimate, output, output_granted, headers)
 
     def _count(self, decision: Decision) -> None:
         m = self._metrics.limit_decisions
         if decision.allowed:
-            m.labels("all", "all", "degraded" if decision.degraded else "allowed").inc()
+            (self._degraded if decision.degraded else self._allowed).inc()
         elif decision.refused_by is not None:
             m.labels(decision.refused_by.level.value, decision.refused_by.dimension.value, "refused").inc()
         for rule in decision.shadow_refusals:
@@ -199,7 +207,7 @@ class Admissions:
             ok = False  # fail_closed: end the stream cleanly rather than run unmetered
         if ok:
             ticket.output_reserved += more
-            self._metrics.limit_tokens.labels("reserved").inc(more)
+            self._reserved.inc(more)
         else:
             self._metrics.limit_decisions.labels("all", "output_tokens", "top_up_refused").inc()
         return ok
@@ -210,7 +218,7 @@ class Admissions:
             return
         ticket.settled = True
         self._active.pop(ticket.reservation.request_id, None)
-        self._metrics.limit_tokens.labels("settled").inc(input_tokens + output_tokens)
+        self._settled.inc(input_tokens + output_tokens)
         task = asyncio.ensure_future(self._settle(ticket.reservation, input_tokens, output_tokens))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)

@@ -4,7 +4,7 @@ Which limiter: `limits.backend: memory` is one process's in-memory limiter (the 
 `redis` is the shared Redis backend wrapped in `FailoverLimiter`, which applies
 `limits.on_backend_error` (fail_open with a local in-memory limiter, or fail_closed) and returns to
 Redis by itself. Keys: config keys always; dynamic keys in memory or in Redis (`tenancy.store`).
-One Redis client (short timeouts, no client-side retries: the failover layer decides) serves both.
+Redis clients use short timeouts and no client-side retries: the failover layer decides.
 """
 
 from __future__ import annotations
@@ -64,6 +64,7 @@ def build(policy: Policy, settings: Settings) -> Components:
         raise ConfigError(
             "limits.backend / tenancy.store 'memory' hold state in one process: use workers: 1 or Redis"
         )
+    # The key store (rare, cached lookups) uses redis-py; the limiter (every request) its lean client.
     client = (
         aioredis.Redis.from_url(
             settings.redis_url,
@@ -72,16 +73,21 @@ def build(policy: Policy, settings: Settings) -> Components:
             retry=Retry(NoBackoff(), 0),
             decode_responses=False,
         )
-        if needs_redis and settings.redis_url
+        if tenancy.store == "redis" and settings.redis_url
         else None
     )
     metrics = Metrics(policy)
     local = MemoryBackend(lease_s=limits.lease_s, sub_window_s=limits.sub_window_s)
     redis_backend: RedisBackend | None = None
     limiter: Limiter
-    if limits.backend == "redis" and client is not None:
-        redis_backend = RedisBackend(
-            client, lease_s=limits.lease_s, key_prefix=limits.key_prefix, sub_window_s=limits.sub_window_s
+    if limits.backend == "redis" and settings.redis_url:
+        redis_backend = RedisBackend.from_url(
+            settings.redis_url,
+            lease_s=limits.lease_s,
+            key_prefix=limits.key_prefix,
+            sub_window_s=limits.sub_window_s,
+            connect_timeout_s=settings.redis_timeout_s,
+            op_timeout_s=settings.redis_timeout_s,
         )
         failover = FailoverLimiter(redis_backend, local, limits.on_backend_error)
         metrics.registry.register(FailoverCollector(failover.stats))

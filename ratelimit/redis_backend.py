@@ -36,16 +36,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Mapping, Sequence
 from importlib import resources
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
-import redis.asyncio as aioredis
 import redis.exceptions as rexc
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
 
 from ratelimit.errors import BackendUnavailable
 from ratelimit.keys import rule_key
 from ratelimit.model import SUB_WINDOWS, Admission, Decision, Dimension, Priority, Reservation, Rule
+from ratelimit.resp import RespClient
 from ratelimit.windows import DEFAULT_SUB_WINDOW_MS, RuleOutcome, build_decision, kind_of
 
 SCRIPTS = ("admit_v2", "top_up_v2", "settle_v2", "renew_v1")
@@ -62,10 +60,20 @@ def load_script(name: str) -> str:
     return lua.joinpath("lib_v1.lua").read_text() + "\n" + lua.joinpath(f"{name}.lua").read_text()
 
 
+class ScriptClient(Protocol):
+    """What the backend needs from a Redis client (`ratelimit.resp.RespClient`, or redis-py's)."""
+
+    async def script_load(self, source: str) -> Any: ...
+
+    async def evalsha(self, sha: str, numkeys: int, *args: Any) -> Any: ...
+
+    async def aclose(self) -> None: ...
+
+
 class RedisBackend:
     def __init__(
         self,
-        client: aioredis.Redis,
+        client: ScriptClient,
         *,
         lease_s: float,
         key_prefix: str = "llmgw",
@@ -100,13 +108,8 @@ class RedisBackend:
         op_timeout_s: float = 0.25,
         **kwargs: Any,
     ) -> RedisBackend:
-        client = aioredis.Redis.from_url(
-            url,
-            socket_connect_timeout=connect_timeout_s,
-            socket_timeout=op_timeout_s,
-            retry=Retry(NoBackoff(), 0),
-            decode_responses=False,
-        )
+        # No client-side retries anywhere: a retried script call could apply twice.
+        client = RespClient.from_url(url, connect_timeout_s=connect_timeout_s, op_timeout_s=op_timeout_s)
         return cls(client, lease_s=lease_s, key_prefix=key_prefix, **kwargs)
 
     async def load(self) -> None:
