@@ -56,8 +56,7 @@ class _Conn(asyncio.Protocol):
         self.closed = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        self._transport = transport  # type: ignore[assignment]  # uvloop's are no asyncio.Transport
 
     def data_received(self, data: bytes) -> None:
         self._reader.feed(data)
@@ -150,7 +149,7 @@ class RespClient:
     async def _connect(self) -> _Conn:
         loop = asyncio.get_running_loop()
         try:
-            _, conn = await asyncio.wait_for(
+            transport, conn = await asyncio.wait_for(
                 loop.create_connection(
                     lambda: _Conn(self._op_timeout),
                     self._host,
@@ -161,6 +160,7 @@ class RespClient:
             )
         except (OSError, TimeoutError) as e:
             raise rexc.ConnectionError(f"cannot connect to Redis at {self._host}:{self._port}: {e}") from e
+        conn.connection_made(transport)  # uvloop may call it only after create_connection returns
         setup: list[tuple[Arg, ...]] = []
         if self._password is not None:
             setup.append(
