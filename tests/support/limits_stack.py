@@ -24,10 +24,11 @@ class TenantKey:
     key: str
     org: str
     app: str
+    limits: str | None = None  # key-level overrides, YAML flow text
 
     @staticmethod
-    def new(id: str, org: str, app: str) -> TenantKey:
-        return TenantKey(id, generate_key(), org, app)
+    def new(id: str, org: str, app: str, limits: str | None = None) -> TenantKey:
+        return TenantKey(id, generate_key(), org, app, limits)
 
 
 def write_policy(
@@ -39,7 +40,7 @@ def write_policy(
     store: str = "memory",
     max_tokens_cap: int = 4096,
 ) -> Path:
-    """A policy with one pool `sim` (model alias `sim`) over `sims`, `limits:` body given as YAML flow text."""
+    """A policy with one pool `sim` (alias `sim`) over `sims`; `limits` etc. are YAML flow text."""
     endpoints = ", ".join(f'"{u}"' for u in sims)
     lines = [
         "pools:",
@@ -55,7 +56,8 @@ def write_policy(
         "  keys:",
     ]
     for k in keys:
-        lines.append(f"    - {{id: {k.id}, sha256: {hash_key(k.key)}, org: {k.org}, app: {k.app}}}")
+        own = f", limits: {k.limits}" if k.limits else ""
+        lines.append(f"    - {{id: {k.id}, sha256: {hash_key(k.key)}, org: {k.org}, app: {k.app}{own}}}")
     if org_limits:
         lines.append("  orgs:")
         for org, lim in org_limits.items():
