@@ -53,24 +53,32 @@ class Components:
             await self.redis.aclose()
 
 
-def build(policy: Policy, settings: Settings) -> Components:
+def check_deployment(policy: Policy, settings: Settings) -> None:
+    """Combinations of policy and process settings that cannot work (checked before serving)."""
     limits, tenancy = policy.limits, policy.tenancy
-    needs_redis = limits.backend == "redis" or tenancy.store == "redis"
-    if needs_redis and not settings.redis_url:
+    if (limits.backend == "redis" or tenancy.store == "redis") and not settings.redis_url:
         raise ConfigError(
             "LLMGW_REDIS_URL is not set, but the policy uses Redis (limits.backend / tenancy.store)"
         )
     if settings.workers > 1 and (limits.backend == "memory" or tenancy.store == "memory"):
         raise ConfigError(
-            "limits.backend / tenancy.store 'memory' hold state in one process: use workers: 1 or Redis"
+            "limits.backend / tenancy.store 'memory' keep state in one process: "
+            f"{settings.workers} workers would each enforce the whole budget; use one worker or Redis"
         )
+
+
+def build(policy: Policy, settings: Settings) -> Components:
+    limits, tenancy = policy.limits, policy.tenancy
+    check_deployment(policy, settings)
     # The key store (rare, cached lookups) uses redis-py; the limiter (every request) its lean client.
     client = (
         aioredis.Redis.from_url(
             settings.redis_url,
             socket_connect_timeout=settings.redis_timeout_s,
             socket_timeout=settings.redis_timeout_s,
-            retry=Retry(NoBackoff(), 0),
+            # Key reads are idempotent: one retry absorbs a pooled connection that went stale while
+            # Redis restarted, instead of failing that lookup.
+            retry=Retry(NoBackoff(), 1),
             decode_responses=False,
         )
         if tenancy.store == "redis" and settings.redis_url

@@ -9,6 +9,7 @@ import uvicorn
 
 from gateway.app import GatewayApp
 from gateway.config import ConfigError, Policy, default_policy, load_policy
+from gateway.runtime import check_deployment
 from gateway.settings import Settings
 
 
@@ -29,8 +30,9 @@ def serve(config: str | None, host: str | None, port: int | None, workers: int |
     settings = Settings(**overrides)  # type: ignore[arg-type]
     try:
         policy = load(settings)
+        check_deployment(policy, settings)
     except ConfigError as exc:
-        print(f"llmgw: invalid policy:\n{exc}", file=sys.stderr)
+        print(f"llmgw: cannot start:\n{exc}", file=sys.stderr)
         return 2
     common: dict[str, object] = dict(
         host=settings.host,
@@ -45,7 +47,11 @@ def serve(config: str | None, host: str | None, port: int | None, workers: int |
     if settings.workers > 1:
         # Workers re-read settings from the environment; pass the resolved ones down.
         os.environ.update(
-            {"LLMGW_CONFIG": settings.config or "", "LLMGW_MAX_BODY_BYTES": str(settings.max_body_bytes)}
+            {
+                "LLMGW_CONFIG": settings.config or "",
+                "LLMGW_MAX_BODY_BYTES": str(settings.max_body_bytes),
+                "LLMGW_WORKERS": str(settings.workers),
+            }
         )
         uvicorn.run("gateway.server:create_app", factory=True, workers=settings.workers, **common)  # type: ignore[arg-type]
     else:

@@ -13,8 +13,8 @@ from subprocess import Popen
 
 import pytest
 
-from tests.integration.ratelimit.redis_server import REDIS_SERVER, RedisServer
 from tests.support.procs import free_port, running, sim_args
+from tests.support.redis_server import REDIS_SERVER, RedisServer
 
 
 @pytest.fixture

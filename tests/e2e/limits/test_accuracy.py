@@ -23,7 +23,6 @@ import redis
 
 from gateway.normalize import Kind, estimate_input_tokens
 from tests.e2e.limits.conftest import SimFactory, gateway
-from tests.integration.ratelimit.redis_server import RedisServer
 from tests.support.limits_stack import (
     TenantKey,
     base_key,
@@ -34,6 +33,7 @@ from tests.support.limits_stack import (
     wait_until,
     write_policy,
 )
+from tests.support.redis_server import RedisServer
 
 CLIENTS = 200
 DURATION_S = float(os.environ.get("LLMGW_E2E_LOAD_S", "60"))

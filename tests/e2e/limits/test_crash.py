@@ -18,8 +18,8 @@ import httpx
 
 from gateway.normalize import Kind, estimate_input_tokens
 from tests.e2e.limits.conftest import SimFactory, gateway
-from tests.integration.ratelimit.redis_server import RedisServer
 from tests.support.limits_stack import TenantKey, chat_body, write_policy
+from tests.support.redis_server import RedisServer
 
 LEASE_S = 3.0
 SLOTS = 3

@@ -13,7 +13,8 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 from contract_harness import Harness
-from redis_server import REDIS_SERVER, RedisServer
+
+from tests.support.redis_server import REDIS_SERVER, RedisServer
 
 
 @pytest.fixture(scope="session")

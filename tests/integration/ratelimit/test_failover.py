@@ -8,7 +8,6 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
-from redis_server import REDIS_SERVER, RedisServer
 
 from ratelimit.errors import BackendUnavailable
 from ratelimit.failover import FailoverLimiter
@@ -16,6 +15,7 @@ from ratelimit.memory_backend import MemoryBackend
 from ratelimit.model import Admission, Dimension, Level, Rule
 from ratelimit.redis_backend import RedisBackend
 from ratelimit.rules import request_cost, usage_cost
+from tests.support.redis_server import REDIS_SERVER, RedisServer
 
 RULES = (Rule(Level.ORG, "acme", Dimension.TOKENS, 100),)
 PROBE_S = 0.2

@@ -8,12 +8,12 @@ from collections.abc import AsyncIterator
 import pytest
 import redis.asyncio as aioredis
 from redis.crc import key_slot
-from redis_server import RedisServer
 
 from ratelimit.model import Admission, Dimension, Level, Rule
 from ratelimit.redis_backend import RedisBackend
 from ratelimit.rules import request_cost, usage_cost
 from ratelimit.windows import period
+from tests.support.redis_server import RedisServer
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ import redis.exceptions as rexc
 import uvloop
 
 from ratelimit.resp import RespClient
-from tests.integration.ratelimit.redis_server import REDIS_SERVER, RedisServer
+from tests.support.redis_server import REDIS_SERVER, RedisServer
 
 pytestmark = pytest.mark.skipif(REDIS_SERVER is None, reason="redis-server is not installed")
 

@@ -1,4 +1,4 @@
-"""A throwaway `redis-server` process for the limiter's integration tests (no persistence, temp dir)."""
+"""A throwaway `redis-server` process for tests (no persistence, temp dir, restartable on its port)."""
 
 from __future__ import annotations
 
@@ -8,14 +8,9 @@ import subprocess
 import time
 from pathlib import Path
 
+from tests.support.procs import free_port
+
 REDIS_SERVER = shutil.which("redis-server")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 class RedisServer:
