@@ -112,6 +112,7 @@ class GatewayApp:
             self.settings.max_body_bytes,
             parts.auth,
             parts.admissions,
+            self.ids,
         )
         self.runtime = _Runtime(relay, parts.metrics)
         renewer = asyncio.create_task(parts.admissions.renew_forever())

@@ -80,8 +80,17 @@ class RequestIds:
 
     def of(self, scope: Scope) -> bytes:
         for name, value in scope["headers"]:
-            if name == b"x-request-id" and _REQUEST_ID_OK.match(value):
-                return bytes(value)
+            if name == b"x-request-id":
+                return self.accept(value)
+        return self.new()
+
+    def accept(self, client_id: bytes | None) -> bytes:
+        """The client's id when it is a sane one, else a new id."""
+        if client_id is not None and _REQUEST_ID_OK.match(client_id):
+            return bytes(client_id)
+        return self.new()
+
+    def new(self) -> bytes:
         return b"%s%08x" % (self._prefix, next(self._counter))
 
 
@@ -143,14 +152,25 @@ class _Request:
             self.reported = True
 
 
-def _headers_of(scope: Scope) -> tuple[bytes | None, bytes | None]:
-    auth = api_key = None
-    for name, value in scope["headers"]:
-        if name == b"authorization":
-            auth = value
-        elif name == b"api-key":
-            api_key = value
-    return auth, api_key
+class _Headers:
+    """The request headers the relay reads, found in one pass."""
+
+    __slots__ = ("request_id", "content_length", "authorization", "api_key")
+
+    def __init__(self, scope: Scope) -> None:
+        self.request_id: bytes | None = None
+        self.content_length: bytes | None = None
+        self.authorization: bytes | None = None
+        self.api_key: bytes | None = None
+        for name, value in scope["headers"]:
+            if name == b"authorization":
+                self.authorization = value
+            elif name == b"content-length":
+                self.content_length = value
+            elif name == b"x-request-id":
+                self.request_id = value
+            elif name == b"api-key":
+                self.api_key = value
 
 
 class Relay:
@@ -163,6 +183,7 @@ class Relay:
         max_body_bytes: int,
         auth: Authenticator,
         admissions: Admissions,
+        ids: RequestIds,
     ) -> None:
         self._routes = {
             m.name: Route(model=m, pool=pools[m.route.pool], metrics=metrics.by_alias[m.name])
@@ -174,17 +195,16 @@ class Relay:
         self._auth = auth
         self._admissions = admissions
         self._bytes_per_token = policy.limits.input_bytes_per_token
-        self.ids = RequestIds()
+        self._ids = ids
 
-    async def _read_body(self, scope: Scope, receive: Receive) -> bytes:
-        for name, value in scope["headers"]:
-            if name == b"content-length":
-                try:
-                    declared = int(value)
-                except ValueError:
-                    raise InvalidRequestError("invalid Content-Length header") from None
-                if declared > self._max_body:
-                    raise RequestTooLargeError(f"request body exceeds the limit of {self._max_body} bytes")
+    async def _read_body(self, content_length: bytes | None, receive: Receive) -> bytes:
+        if content_length is not None:
+            try:
+                declared = int(content_length)
+            except ValueError:
+                raise InvalidRequestError("invalid Content-Length header") from None
+            if declared > self._max_body:
+                raise RequestTooLargeError(f"request body exceeds the limit of {self._max_body} bytes")
         chunks: list[bytes] = []
         size = 0
         while True:
@@ -204,19 +224,19 @@ class Relay:
 
     async def handle(self, kind: Kind, scope: Scope, receive: Receive, send: Send) -> None:
         t0 = perf_counter()
-        rid = self.ids.of(scope)
+        h = _Headers(scope)
+        rid = self._ids.accept(h.request_id)
         req = _Request()
         route: Route | None = None
         ticket: Ticket | None = None
         status = 500
         stream = False
         try:
-            raw = await self._read_body(scope, receive)
+            raw = await self._read_body(h.content_length, receive)
             body = parse_body(raw)
             alias = alias_of(body)
-            auth, api_key = _headers_of(scope)
             try:
-                principal = await self._auth.authenticate(auth, alias, api_key=api_key)
+                principal = await self._auth.authenticate(h.authorization, alias, api_key=h.api_key)
             except (AuthenticationError, PermissionDeniedError) as err:
                 self._metrics.auth_failures.labels(str(err.code)).inc()
                 raise
