@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 
@@ -28,6 +29,9 @@ def serve(config: str | None, host: str | None, port: int | None, workers: int |
         k: v for k, v in {"config": config, "host": host, "port": port, "workers": workers}.items() if v
     }
     settings = Settings(**overrides)  # type: ignore[arg-type]
+    logging.basicConfig(
+        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     try:
         policy = load(settings)
         check_deployment(policy, settings)

@@ -21,6 +21,7 @@ Renewals that fail are counted and skipped (the next renewal round tries again).
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -28,6 +29,8 @@ from typing import Literal
 
 from ratelimit.errors import BackendUnavailable
 from ratelimit.model import Admission, Decision, Dimension, Limiter, Reservation
+
+log = logging.getLogger("llmgw.ratelimit")
 
 
 @dataclass(slots=True)
@@ -84,11 +87,19 @@ class FailoverLimiter:
             self.stats.degraded = True
             if self._mode == "fail_open":
                 self.stats.fail_open_activations += 1
+                log.warning(
+                    "rate limiter backend unavailable (%s): fail_open, limiting locally and approximately "
+                    "(each replica enforces the whole limit) until it answers again",
+                    error,
+                )
+            else:
+                log.error("rate limiter backend unavailable (%s): fail_closed, answering 503", error)
 
     def _recovered(self) -> None:
         if self.stats.degraded:
             self.stats.degraded = False
             self.stats.recoveries += 1
+            log.warning("rate limiter backend is back: exact limiting resumed")
 
     async def admit(self, admission: Admission) -> Decision:
         if self._use_primary():
