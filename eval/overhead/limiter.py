@@ -14,7 +14,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from eval.overhead.client import MODEL
+from eval.overhead.procs import pool_and_model_yaml
 
 BACKEND_HISTOGRAM = "llmgw_ratelimit_backend_seconds"
 
@@ -33,15 +33,7 @@ limits:
 def write_limiter_policy(path: Path, upstream_port: int, key_sha256: str) -> None:
     """The limiter gateway's policy: the spine's pool and model, plus auth (one static key) and limits."""
     path.write_text(
-        "pools:\n"
-        f"  - name: {MODEL}\n"
-        f"    model: {MODEL}\n"
-        f'    endpoints: {{static: ["http://127.0.0.1:{upstream_port}"]}}\n'
-        "    timeouts: {connect_s: 2, first_token_s: 10, total_s: 30}\n"
-        "models:\n"
-        f"  - {{name: {MODEL}, route: {{pool: {MODEL}}}, max_tokens: {{default: 512, cap: 4096}}}}\n"
-        + _LIMITS
-        + "tenancy:\n"
+        pool_and_model_yaml(upstream_port) + _LIMITS + "tenancy:\n"
         f"  keys: [{{id: bench, sha256: {key_sha256}, org: bench, app: bench}}]\n"
     )
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -13,6 +12,7 @@ import pytest
 
 from gateway.keys import generate_key, hash_key
 from tests.support.procs import free_port, running, sim_args
+from tests.support.prom import metric
 
 
 @dataclass(frozen=True)
@@ -23,13 +23,7 @@ class Stack:
 
     def sim_metric(self, pool: str, name: str, labels: str = "") -> float:
         """Sum of a simulator metric's samples (optionally only those whose labels contain `labels`)."""
-        text = httpx.get(f"{self.sims[pool]}/metrics", timeout=5).text
-        total = 0.0
-        for line in text.splitlines():
-            m = re.match(rf"^{re.escape(name)}(\{{[^}}]*\}})? (\S+)$", line)
-            if m and labels in (m.group(1) or ""):
-                total += float(m.group(2))
-        return total
+        return metric(httpx.get(f"{self.sims[pool]}/metrics", timeout=5).text, name, labels)
 
 
 MAX_BODY = 65536

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,6 +13,7 @@ import orjson
 import redis
 
 from gateway.keys import generate_key, hash_key
+from tests.support.prom import metric
 
 PREFIX = "{llmgw}"
 
@@ -64,16 +64,6 @@ def write_policy(
             lines.append(f"    - {{name: {org}, limits: {lim}}}")
     path.write_text("\n".join(lines) + "\n")
     return path
-
-
-def metric(text: str, name: str, labels: str = "") -> float:
-    """Sum of a Prometheus metric's samples whose labels contain `labels`."""
-    total = 0.0
-    for line in text.splitlines():
-        m = re.match(rf"^{re.escape(name)}(\{{[^}}]*\}})? (\S+)$", line)
-        if m and labels in (m.group(1) or ""):
-            total += float(m.group(2))
-    return total
 
 
 def sim_tokens(sims: Sequence[str]) -> int:

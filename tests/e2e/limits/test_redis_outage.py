@@ -19,7 +19,8 @@ from pathlib import Path
 import httpx
 
 from tests.e2e.limits.conftest import SimFactory, gateway
-from tests.support.limits_stack import TenantKey, metric, write_policy
+from tests.support.limits_stack import TenantKey, write_policy
+from tests.support.prom import metric
 from tests.support.redis_server import RedisServer
 
 OUTAGE_S = 10.0
