@@ -28,11 +28,8 @@ Arg = bytes | str | int
 
 
 def pack(args: tuple[Arg, ...]) -> bytes:
-    out = [b"*%d\r\n" % len(args)]
-    for a in args:
-        b = a if isinstance(a, bytes) else str(a).encode()
-        out.append(b"$%d\r\n%s\r\n" % (len(b), b))
-    return b"".join(out)
+    """RESP-encode one command (hiredis's C packer: 3x faster than building it in Python)."""
+    return bytes(hiredis.pack_command(args))  # type: ignore[arg-type]  # its stub types a 1-tuple
 
 
 def _error(reply: hiredis.ReplyError) -> Exception:
