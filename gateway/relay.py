@@ -259,7 +259,8 @@ class Relay:
                 # Meter the stream as it runs (vLLM: cumulative usage on every chunk).
                 body["stream_options"]["continuous_usage_stats"] = True
             ticket = await self._admissions.admit(
-                rid.decode(),
+                # Leases need an id unique per admission; a client's x-request-id may repeat.
+                self._ids.new().decode(),
                 principal.tenant,
                 route.pool.config.name,
                 estimate_input_tokens(kind, body, self._bytes_per_token),

@@ -211,6 +211,8 @@ class Rule:
 
 @dataclass(frozen=True, slots=True)
 class Admission:
+    """`request_id` must be unique per admission: it names the leases at every rule."""
+
     request_id: str
     rules: tuple[Rule, ...]
     cost: Mapping[Dimension, int]  # requests=1, input_tokens, output_tokens, tokens (=in+out), ...

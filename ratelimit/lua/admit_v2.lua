@@ -25,7 +25,7 @@ end
 local allowed = refused == 0
 if allowed then
   local ttl = 2 * lease_ms + 1000
-  for i = 1, #KEYS do lease(KEYS[i], id, costs[i], t + lease_ms, ttl) end
+  for i = 1, #KEYS do lease(KEYS[i], id, 0, costs[i], t + lease_ms, ttl) end
 end
 local reply = {allowed and 1 or 0, t, refused, refused_retry}
 for i = 1, #KEYS do

@@ -123,9 +123,9 @@ local function state(c, limit, charged, t, cur, n, sub_ms)
   return remaining, (newest + n) * sub_ms - t
 end
 
-local function lease(base, id, amount, expiry, ttl)
+-- `old`: what the request already holds at this rule (0 at admission: request ids are unique).
+local function lease(base, id, old, amount, expiry, ttl)
   local lk, ak = base .. ':l', base .. ':a'
-  local old = tonumber(redis.call('HGET', ak, 'r:' .. id)) or 0
   redis.call('ZADD', lk, expiry, id)
   redis.call('HSET', ak, 'r:' .. id, amount)
   redis.call('HINCRBY', ak, 'sum', amount - old)

@@ -20,6 +20,6 @@ end
 local ttl = 2 * lease_ms + 1000
 for i = 1, #KEYS do
   local held = tonumber(redis.call('HGET', KEYS[i] .. ':a', 'r:' .. id)) or 0
-  lease(KEYS[i], id, held + extras[i], t + lease_ms, ttl)
+  lease(KEYS[i], id, held, held + extras[i], t + lease_ms, ttl)
 end
 return {1, t}
