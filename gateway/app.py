@@ -46,6 +46,7 @@ from gateway.openapi import (
     EmbeddingRequest,
     ModelCard,
     ModelList,
+    error_responses,
 )
 from gateway.relay import Receive, Relay, RequestIds, Scope, Send, send_error
 from gateway.runtime import build as build_components
@@ -201,14 +202,16 @@ class GatewayApp:
             )
         )
 
-        @api.get("/v1/models", response_model=ModelList)
-        def list_models() -> ModelList:
+        @api.get("/v1/models", response_model=ModelList, responses=error_responses(401, 503))
+        async def list_models(request: Request) -> ModelList:
+            """The aliases the caller's key may use."""
             created = int(self.started_at)
-            return ModelList(
-                data=[
-                    ModelCard(id=m.name, created=created, owned_by="llm-gateway") for m in self.policy.models
-                ]
+            aliases = await self.parts.auth.models_for(
+                _header(request, b"authorization"),
+                [m.name for m in self.policy.models],
+                api_key=_header(request, b"api-key"),
             )
+            return ModelList(data=[ModelCard(id=a, created=created, owned_by="llm-gateway") for a in aliases])
 
         @api.get("/healthz", include_in_schema=False)
         def healthz() -> dict[str, str]:
@@ -271,6 +274,13 @@ class GatewayApp:
             comps[model.__name__] = js
         api.openapi_schema = schema
         return schema
+
+
+def _header(request: Request, name: bytes) -> bytes | None:
+    for k, v in request.scope["headers"]:
+        if k == name:
+            return bytes(v)
+    return None
 
 
 def _with_request_id(send: Send, rid: bytes) -> Send:

@@ -125,22 +125,35 @@ class Authenticator:
         """
         if self._disabled:
             return self._anonymous
+        outcome = await self._resolved(authorization, api_key)
+        if outcome.models and alias not in outcome.models:
+            raise PermissionDeniedError(
+                f"The API key '{outcome.principal.key_id}' is not allowed to use model '{alias}'.",
+                param="model",
+                code="model_not_allowed",
+            )
+        return outcome.principal
+
+    async def models_for(
+        self, authorization: bytes | None, aliases: list[str], *, api_key: bytes | None = None
+    ) -> list[str]:
+        """The aliases the caller may use (for `GET /v1/models`); 401 like any request without a valid key."""
+        if self._disabled:
+            return aliases
+        outcome = await self._resolved(authorization, api_key)
+        return [a for a in aliases if not outcome.models or a in outcome.models]
+
+    async def _resolved(self, authorization: bytes | None, api_key: bytes | None) -> _Resolved:
         key = _bearer(authorization) if authorization is not None else _plain(api_key)
         if not key:
             raise AuthenticationError(_MISSING_MESSAGE, code="missing_api_key")
         outcome = await self._lookup(key)
         if isinstance(outcome, _Resolved):
-            if outcome.models and alias not in outcome.models:
-                raise PermissionDeniedError(
-                    f"The API key '{outcome.principal.key_id}' is not allowed to use model '{alias}'.",
-                    param="model",
-                    code="model_not_allowed",
-                )
             if not outcome.tier_known:
                 # A store key outlived its tier in the policy: the operator's mistake, said plainly.
                 tier = outcome.principal.tenant.tier
                 raise InternalError(f"The API key's tier '{tier}' is not configured in limits.tiers.")
-            return outcome.principal
+            return outcome
         if outcome is None:
             raise AuthenticationError(f"Incorrect API key provided: {mask_key(key)}.")
         raise AuthenticationError(f"The API key {mask_key(key)} has been revoked.", code="api_key_revoked")

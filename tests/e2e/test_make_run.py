@@ -55,7 +55,9 @@ def test_make_run_serves_both_pools_with_a_demo_key(tmp_path: Path) -> None:
                 model=alias, messages=[{"role": "user", "content": "Hi"}], max_tokens=4
             )
             assert reply.model == alias and reply.choices[0].message.content
-        assert httpx.get(f"{base}/models", timeout=5).status_code == 200
+        assert httpx.get(f"{base}/models", timeout=5).status_code == 401
+        models = httpx.get(f"{base}/models", headers={"authorization": f"Bearer {key}"}, timeout=5).json()
+        assert {m["id"] for m in models["data"]} == {"small", "large"}
         no_key = httpx.post(f"{base}/chat/completions", json={"model": "small", "messages": []}, timeout=5)
         assert no_key.status_code == 401
         with pytest.raises(openai.AuthenticationError):

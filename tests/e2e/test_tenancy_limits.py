@@ -111,6 +111,10 @@ def test_missing_invalid_and_wrong_model_keys(limited: Limited) -> None:
     assert denied.value.code == "model_not_allowed"
     ok = sdk(limited, limited.keys["small_only"]).chat.completions.create(model="fast", messages=MSG)  # type: ignore[arg-type]
     assert ok.choices[0].message.content
+    # The model list shows what the key may call.
+    assert [m.id for m in sdk(limited, limited.keys["small_only"]).models.list()] == ["fast"]
+    with pytest.raises(openai.AuthenticationError):
+        sdk(limited, "sk-not-a-real-key-0123456789").models.list()
 
 
 def test_revoked_key_is_refused_within_the_cache_ttl(limited: Limited) -> None:
