@@ -129,10 +129,9 @@ class FailoverLimiter:
             self._failed(e)
             if self._mode == "fail_closed":
                 raise
-        # fail_open: the stream goes on unlimited rather than being cut by an outage.
+        # fail_open: the stream goes on unlimited rather than being cut by an outage. `reserved` is left
+        # as Redis holds it: it names the reservation's leases there, which settlement must find.
         self.stats.degraded_decisions += 1
-        for dim, more in extra.items():
-            reservation.reserved[dim] = reservation.reserved.get(dim, 0) + more
         return True
 
     async def settle(self, reservation: Reservation, used: Mapping[Dimension, int]) -> None:

@@ -17,8 +17,9 @@ cannot open a second hash tag. The scripts derive the per-rule keys from the bas
                      STRING, expires once it has left the window
     <base>:q:<p>     quota rules: settled usage of UTC period p (`d<days since epoch>` or `m<YYYYMM>`),
                      STRING, expires one day after the period ends
-    <base>:l         ZSET request id -> lease expiry (server ms): live reservations / concurrency slots
-    <base>:a         HASH `r:<request id>` -> reserved amount, `sum` -> total of those amounts
+    <base>:l         ZSET "<request id>|<amount>" -> lease expiry (server ms): live reservations /
+                     concurrency slots; and the sentinel member `#` scored minus the total leased amount
+                     (one key per rule's leases: one PEXPIRE keeps it expiring, no per-lease hash)
 
 Derived keys carry the base key's hash tag, so they hash to the same slot (checked by a unit test with
 `redis.crc.key_slot`). They cannot be declared in KEYS up front because sub-window and period depend on
@@ -47,4 +48,4 @@ def rule_key(key_prefix: str, rule: Rule) -> str:
 
 def derived_keys(base: str, sub_window: int, period: str) -> list[str]:
     """Every key a script may derive from `base` (for tests and tooling; the scripts build them in Lua)."""
-    return [f"{base}:w:{sub_window}", f"{base}:q:{period}", f"{base}:l", f"{base}:a"]
+    return [f"{base}:w:{sub_window}", f"{base}:q:{period}", f"{base}:l"]

@@ -5,23 +5,23 @@ Key scheme (details in `ratelimit.keys`; `P` = `LimitsConfig.key_prefix`, scope 
     {P}:<level>:<scope>:<dimension>             rule base key, passed in KEYS
     {P}:<level>:<scope>:<dimension>:w:<n>       minute rules: settled usage of sub-window n
     {P}:<level>:<scope>:<dimension>:q:<period>  quota rules: usage of UTC day `d<days>` / month `mYYYYMM`
-    {P}:<level>:<scope>:<dimension>:l           ZSET request id -> lease expiry (server ms)
-    {P}:<level>:<scope>:<dimension>:a           HASH r:<request id> -> reserved amount, sum -> their total
+    {P}:<level>:<scope>:<dimension>:l           ZSET "<request id>|<amount>" -> lease expiry (server ms),
+                                                plus the sentinel '#' scored minus the total leased amount
 
 The single hash tag `{P}` puts every key in one slot, so an admission spanning key, app, org, global and
 pool levels stays one atomic script even on Redis Cluster (decision: docs/design/004-rate-limiting.md).
 
-Flows (scripts in `ratelimit/lua/`, each prefixed with `lib_v1.lua`, loaded by SCRIPT LOAD at start and
+Flows (scripts in `ratelimit/lua/`, each prefixed with `lib_v2.lua`, loaded by SCRIPT LOAD at start and
 reloaded on NOSCRIPT, e.g. after a Redis restart; all time is the Redis server's `TIME`):
-- admit (`admit_v2.lua`): per rule, purge a bounded batch of expired leases, read the 12 sub-window
+- admit (`admit_v3.lua`): per rule, purge a bounded batch of expired leases, read the 12 sub-window
   counters (one MGET) or the period counter, add live leases, and check used + cost <= effective limit.
   All fit -> add a lease (request id, cost, now + lease) at every rule. Reply: decision, refusing rule,
   Retry-After, per-rule remaining / reset, shadow refusals.
-- top_up (`top_up_v2.lua`): all leases must be live; rules whose dimension grows are checked; all
+- top_up (`top_up_v3.lua`): all leases must be live; rules whose dimension grows are checked; all
   fit -> every lease grows and is renewed.
-- settle (`settle_v2.lua`): drop the leases; where a lease was still live, add the real usage to the
+- settle (`settle_v3.lua`): drop the leases; where a lease was still live, add the real usage to the
   current sub-window / period counter (the concurrency slot is just the dropped lease).
-- renew (`renew_v1.lua`): one call for a whole batch of reservations, extends live leases only.
+- renew (`renew_v2.lua`): one call for a whole batch of reservations, extends live leases only.
 
 Reservations are never written to the counters: a gateway killed mid-request leaves only leases, which
 stop counting when they expire (at most `lease_s` later).
@@ -47,7 +47,7 @@ from ratelimit.model import SUB_WINDOWS, Admission, Decision, Dimension, Priorit
 from ratelimit.resp import RespClient
 from ratelimit.windows import DEFAULT_SUB_WINDOW_MS, RuleOutcome, build_decision, kind_of
 
-SCRIPTS = ("admit_v2", "top_up_v2", "settle_v2", "renew_v1")
+SCRIPTS = ("admit_v3", "top_up_v3", "settle_v3", "renew_v2")
 # Reservations per renew call: keeps one script run short (other clients wait while it runs).
 RENEW_BATCH = 200
 SETTLE_BATCH = 200
@@ -58,7 +58,7 @@ T = TypeVar("T")
 
 def load_script(name: str) -> str:
     lua = resources.files("ratelimit").joinpath("lua")
-    return lua.joinpath("lib_v1.lua").read_text() + "\n" + lua.joinpath(f"{name}.lua").read_text()
+    return lua.joinpath("lib_v2.lua").read_text() + "\n" + lua.joinpath(f"{name}.lua").read_text()
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +70,7 @@ class _Compiled:
     dims: tuple[Dimension, ...]
     kinds: tuple[str, ...]
     heads: dict[str, tuple[str, ...]]  # priority -> "kind,limit," per rule
-    tails: tuple[str, ...]  # ",shadow;" per rule
+    shadows: tuple[str, ...]  # ",shadow," per rule
 
     @classmethod
     def of(cls, prefix: str, rules: tuple[Rule, ...]) -> _Compiled:
@@ -84,19 +84,30 @@ class _Compiled:
                 p: tuple(f"{k},{r.effective_limit(p)}," for k, r in zip(kinds, rules, strict=True))
                 for p in ("standard", "premium")
             },
-            tails=tuple(",1;" if r.shadow else ",0;" for r in rules),
+            shadows=tuple(",1," if r.shadow else ",0," for r in rules),
         )
 
-    def specs(self, amounts: Mapping[Dimension, int], priority: Priority) -> str:
-        """`kind,limit,amount,shadow;` per rule, one argument for the whole set."""
-        heads = self.heads[priority]
+    def specs(
+        self,
+        amounts: Mapping[Dimension, int],
+        priority: Priority,
+        held: Mapping[Dimension, int] | None = None,
+    ) -> str:
+        """`kind,limit,amount,shadow,held;` per rule, one argument for the whole set."""
+        parts = zip(self.heads[priority], self.dims, self.shadows, strict=True)
+        if held is None:  # admission: nothing held yet
+            return "".join(h + str(amounts.get(d, 0)) + s + "0;" for h, d, s in parts)
+        return "".join(h + str(amounts.get(d, 0)) + s + str(held.get(d, 0)) + ";" for h, d, s in parts)
+
+    def usage(self, used: Mapping[Dimension, int], held: Mapping[Dimension, int]) -> str:
+        """`kind,used,held;` per rule (settlement; `held` names the lease member)."""
         return "".join(
-            h + str(amounts.get(d, 0)) + t for h, d, t in zip(heads, self.dims, self.tails, strict=True)
+            f"{k},{used.get(d, 0)},{held.get(d, 0)};" for k, d in zip(self.kinds, self.dims, strict=True)
         )
 
-    def usage(self, used: Mapping[Dimension, int]) -> str:
-        """`kind,used;` per rule (settlement)."""
-        return "".join(f"{k},{used.get(d, 0)};" for k, d in zip(self.kinds, self.dims, strict=True))
+    def helds(self, held: Mapping[Dimension, int]) -> str:
+        """`held;` per rule (renewal)."""
+        return "".join(f"{held.get(d, 0)};" for d in self.dims)
 
 
 class ScriptClient(Protocol):
@@ -202,7 +213,7 @@ class RedisBackend:
         c = self._compiled(admission.rules)
         args = self._head(admission.request_id)
         args.append(c.specs(admission.cost, admission.priority))
-        reply = await self._run("admit_v2", c.keys, args)
+        reply = await self._run("admit_v3", c.keys, args)
         allowed, t_ms, refused, retry_ms = (int(x) for x in reply[:4])
         outcomes = [
             RuleOutcome(int(reply[j]), int(reply[j + 1]), bool(int(reply[j + 2])))
@@ -213,8 +224,8 @@ class RedisBackend:
     async def top_up(self, reservation: Reservation, extra: Mapping[Dimension, int]) -> bool:
         c = self._compiled(reservation.rules)
         args = self._head(reservation.request_id)
-        args.append(c.specs(extra, reservation.priority))
-        reply = await self._run("top_up_v2", c.keys, args)
+        args.append(c.specs(extra, reservation.priority, reservation.reserved))
+        reply = await self._run("top_up_v3", c.keys, args)
         if not int(reply[0]):
             return False
         for dim, more in extra.items():
@@ -248,9 +259,9 @@ class RedisBackend:
         for reservation, used, _ in batch:
             c = self._compiled(reservation.rules)
             keys += c.keys
-            args += [reservation.request_id, len(c.keys), c.usage(used)]
+            args += [reservation.request_id, len(c.keys), c.usage(used, reservation.reserved)]
         try:
-            await self._run("settle_v2", keys, args)
+            await self._run("settle_v3", keys, args)
         except BaseException as e:  # every waiter learns the outcome (BackendUnavailable -> retried)
             for _, _, fut in batch:
                 if not fut.done():
@@ -267,10 +278,11 @@ class RedisBackend:
             keys: list[str] = []
             args: list[str | int] = [self._lease_ms]
             for reservation in reservations[start : start + RENEW_BATCH]:
-                keys += self._keys(reservation.rules)
-                args += [reservation.request_id, len(reservation.rules)]
+                c = self._compiled(reservation.rules)
+                keys += c.keys
+                args += [reservation.request_id, c.helds(reservation.reserved)]
             if keys:
-                await self._run("renew_v1", keys, args)
+                await self._run("renew_v2", keys, args)
 
     async def close(self) -> None:
         await self._redis.aclose()

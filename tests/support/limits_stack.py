@@ -80,18 +80,14 @@ def base_key(level: str, scope: str, dim: str) -> str:
 
 
 def live_leases(r: redis.Redis) -> dict[str, int]:
-    """Every lease ZSET's cardinality and every amount hash's `sum` that is not zero (all levels)."""
+    """Lease members and non-zero reserved totals (the '#' sentinel's score) of every rule, all levels."""
     out: dict[str, int] = {}
     for k in r.scan_iter(match=f"{PREFIX}:*:l", count=1000):
-        n = int(r.zcard(k))
-        if n:
-            out[k.decode()] = n
-    for k in r.scan_iter(match=f"{PREFIX}:*:a", count=1000):
-        amounts = r.hgetall(k)
-        total = sum(int(v) for f, v in amounts.items() if f != b"sum")
-        total += abs(int(amounts.get(b"sum", 0)))
-        if total:
-            out[k.decode()] = total
+        members = r.zrange(k, 0, -1, withscores=True)
+        leases = [m for m, _ in members if m != b"#"]
+        total = -int(next((score for m, score in members if m == b"#"), 0))
+        if leases or total:
+            out[k.decode()] = len(leases) + abs(total)
     return out
 
 

@@ -42,28 +42,35 @@ local function period(kind, t)
   return string.format('m%04d%02d', y, m), days_from_civil(ny, nm) * DAY_MS
 end
 
+-- Leases of a rule live in ONE sorted set `<base>:l`: members "<request id>|<amount>" scored by their
+-- expiry (server ms, > 0), and a sentinel member '#' whose score is minus the total amount of those
+-- members (expired ones included until purged). Carrying the amount in the member makes a lease one
+-- ZADD + one ZINCRBY with no per-lease hash, and one key means one PEXPIRE keeps it all expiring.
+local SUM = '#'
+
+local function amount_of(member)
+  return tonumber(string.match(member, '|(%d+)$')) or 0
+end
+
+local function leased_sum(lk)
+  return -(tonumber(redis.call('ZSCORE', lk, SUM)) or 0)
+end
+
 -- Drop at most `batch` expired leases of a rule (bounded work per call: if more expired, they keep
 -- counting until later calls purge them, which only errs on the safe side); return the live total.
 local function live_leased(base, t, batch)
-  local lk, ak = base .. ':l', base .. ':a'
-  local expired = redis.call('ZRANGEBYSCORE', lk, '-inf', t, 'LIMIT', 0, batch)
-  if #expired == 0 then
-    return tonumber(redis.call('HGET', ak, 'sum')) or 0
-  end
-  local fields = {}
-  for i, id in ipairs(expired) do fields[i] = 'r:' .. id end
-  local amounts = redis.call('HMGET', ak, unpack(fields))
+  local lk = base .. ':l'
+  -- '(0': lease expiries are positive, the sentinel's score never is.
+  local expired = redis.call('ZRANGEBYSCORE', lk, '(0', t, 'LIMIT', 0, batch)
+  if #expired == 0 then return leased_sum(lk) end
   local drop = 0
-  for i = 1, #amounts do drop = drop + (tonumber(amounts[i]) or 0) end
-  redis.call('HDEL', ak, unpack(fields))
+  for i = 1, #expired do drop = drop + amount_of(expired[i]) end
   redis.call('ZREM', lk, unpack(expired))
-  local left = redis.call('HINCRBY', ak, 'sum', 0 - drop)  -- not -drop: -0 is not an integer to Redis
-  if left < 0 then redis.call('HSET', ak, 'sum', 0); left = 0 end
-  return left
+  return -tonumber(redis.call('ZINCRBY', lk, drop, SUM))
 end
 
 local function earliest_lease(base)
-  local first = redis.call('ZRANGE', base .. ':l', 0, 0, 'WITHSCORES')
+  local first = redis.call('ZRANGEBYSCORE', base .. ':l', '(0', '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
   if #first == 0 then return nil end
   return tonumber(first[2])
 end
@@ -124,31 +131,39 @@ local function state(c, limit, charged, t, cur, n, sub_ms)
 end
 
 -- `old`: what the request already holds at this rule (0 at admission: request ids are unique).
-local function lease(base, id, old, amount, expiry, ttl)
-  local lk, ak = base .. ':l', base .. ':a'
-  redis.call('ZADD', lk, expiry, id)
-  redis.call('HSET', ak, 'r:' .. id, amount)
-  redis.call('HINCRBY', ak, 'sum', amount - old)
+local function lease(base, member, amount, expiry, ttl)
+  local lk = base .. ':l'
+  redis.call('ZADD', lk, expiry, member)
+  redis.call('ZINCRBY', lk, 0 - amount, SUM)  -- `0 - x`: Lua's -0 would reach Redis as "-0"
   -- Every lease expires within lease_ms of its last write, so this TTL outlives them all.
   redis.call('PEXPIRE', lk, ttl)
-  redis.call('PEXPIRE', ak, ttl)
 end
 
--- Expiry of a request's lease at a rule if still live at t, else nil.
-local function live_expiry(base, id, t)
-  local score = tonumber(redis.call('ZSCORE', base .. ':l', id))
+-- Remove a lease member; true when it was there (its amount leaves the total).
+local function unlease(base, member, amount)
+  local lk = base .. ':l'
+  if redis.call('ZREM', lk, member) == 0 then return false end
+  if amount ~= 0 then redis.call('ZINCRBY', lk, amount, SUM) end
+  return true
+end
+
+-- Expiry of a lease member at a rule if still live at t, else nil.
+local function live_expiry(base, member, t)
+  local score = tonumber(redis.call('ZSCORE', base .. ':l', member))
   if score and score > t then return score end
   return nil
 end
 
--- Rule specs packed by the client: "kind,limit,amount,shadow;" per rule.
+-- Rule specs packed by the client: "kind,limit,amount,shadow,held;" per rule (held: what the request
+-- already holds at the rule, which names its lease member; 0 at admission).
 local function parse_specs(spec)
-  local kinds, limits, amounts, shadows = {}, {}, {}, {}
-  for kind, limit, amount, shadow in string.gmatch(spec, '(%a),(%d+),(%d+),([01]);') do
+  local kinds, limits, amounts, shadows, helds = {}, {}, {}, {}, {}
+  for kind, limit, amount, shadow, held in string.gmatch(spec, '(%a),(%d+),(%d+),([01]),(%d+);') do
     kinds[#kinds + 1] = kind
     limits[#limits + 1] = tonumber(limit)
     amounts[#amounts + 1] = tonumber(amount)
     shadows[#shadows + 1] = shadow == '1'
+    helds[#helds + 1] = tonumber(held)
   end
-  return kinds, limits, amounts, shadows
+  return kinds, limits, amounts, shadows, helds
 end

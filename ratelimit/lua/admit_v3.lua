@@ -1,7 +1,7 @@
 -- Admit one request at every rule, all or nothing, in one round trip.
 -- KEYS[i]   rule base key (ratelimit/keys.py)
 -- ARGV      request id, lease ms, sub-window ms, sub-windows, purge batch,
---           rule specs "kind,limit,cost,shadow;" per rule in KEYS order (kind m|d|M|c, shadow 0|1).
+--           rule specs "kind,limit,cost,shadow,0;" per rule in KEYS order (kind m|d|M|c, shadow 0|1).
 --           One packed argument instead of four per rule: the client's per-argument cost dominated.
 -- Reply     {allowed 0|1, server ms, refused rule index (1-based, 0 = none), retry ms,
 --            then per rule: remaining, reset ms, shadow refused 0|1}
@@ -25,7 +25,7 @@ end
 local allowed = refused == 0
 if allowed then
   local ttl = 2 * lease_ms + 1000
-  for i = 1, #KEYS do lease(KEYS[i], id, 0, costs[i], t + lease_ms, ttl) end
+  for i = 1, #KEYS do lease(KEYS[i], id .. '|' .. costs[i], costs[i], t + lease_ms, ttl) end
 end
 local reply = {allowed and 1 or 0, t, refused, refused_retry}
 for i = 1, #KEYS do
