@@ -147,6 +147,24 @@ class FailoverLimiter:
             self._retries.add(task)
             task.add_done_callback(self._retries.discard)
 
+    async def settle_many(self, items: Sequence[tuple[Reservation, Mapping[Dimension, int]]]) -> None:
+        local = [(r, u) for r, u in items if r.request_id in self._local_ids]
+        shared = [(r, u) for r, u in items if r.request_id not in self._local_ids]
+        for reservation, _ in local:
+            self._local_ids.discard(reservation.request_id)
+        if local:
+            await self._local.settle_many(local)
+        if not shared:
+            return
+        try:
+            await self._primary.settle_many(shared)
+        except BackendUnavailable as e:
+            self._failed(e)
+            for reservation, used in shared:  # each retried on its own; a lease expires anyway
+                task = asyncio.create_task(self._retry_settle(reservation, dict(used)))
+                self._retries.add(task)
+                task.add_done_callback(self._retries.discard)
+
     async def _retry_settle(self, reservation: Reservation, used: dict[Dimension, int]) -> None:
         delay = self._settle_backoff
         for _ in range(self._settle_retries):

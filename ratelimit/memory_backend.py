@@ -178,6 +178,10 @@ class MemoryBackend:
                     book.quotas = {p: v for p, v in book.quotas.items() if p[0] != pid[0]} | {pid: 0}
                 book.quotas[pid] += amount
 
+    async def settle_many(self, items: Sequence[tuple[Reservation, Mapping[Dimension, int]]]) -> None:
+        for reservation, used in items:
+            await self.settle(reservation, used)
+
     async def renew(self, reservations: Sequence[Reservation]) -> None:
         t = self._now_ms()
         for reservation in reservations:

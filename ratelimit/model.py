@@ -265,6 +265,10 @@ class Limiter(Protocol):
         """Replace the reservation by real usage at every rule and release the concurrency slot."""
         ...
 
+    async def settle_many(self, items: Sequence[tuple[Reservation, Mapping[Dimension, int]]]) -> None:
+        """`settle` for many reservations at once (the Redis backend sends one script call for all)."""
+        ...
+
     async def renew(self, reservations: Sequence[Reservation]) -> None:
         """Extend the leases of requests still running (called periodically, batched)."""
         ...

@@ -33,7 +33,6 @@ waiting request is worse than a fast fail_open / fail_closed decision.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -141,8 +140,6 @@ class RedisBackend:
         self._source = {name: load_script(name) for name in SCRIPTS}
         self._sha: dict[str, str] = {}
         self._by_rules: dict[int, _Compiled] = {}
-        self._settles: list[tuple[Reservation, Mapping[Dimension, int], asyncio.Future[None]]] = []
-        self._flushing: set[asyncio.Task[None]] = set()
 
     @classmethod
     def from_url(
@@ -233,45 +230,18 @@ class RedisBackend:
         return True
 
     async def settle(self, reservation: Reservation, used: Mapping[Dimension, int]) -> None:
-        """Settled in a batch with every settlement of the same event-loop turn (one call for all).
+        await self.settle_many(((reservation, used),))
 
-        Under load many requests finish together; one script call for all of them costs the client
-        a fraction of one call each, and adds no delay (the batch goes out on the next loop turn).
-        """
-        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._settles.append((reservation, used, fut))
-        if len(self._settles) == 1:
-            asyncio.get_running_loop().call_soon(self._flush_settles)
-        await fut
-
-    def _flush_settles(self) -> None:
-        batch, self._settles = self._settles, []
-        for start in range(0, len(batch), SETTLE_BATCH):
-            task = asyncio.ensure_future(self._settle_batch(batch[start : start + SETTLE_BATCH]))
-            self._flushing.add(task)
-            task.add_done_callback(self._flushing.discard)
-
-    async def _settle_batch(
-        self, batch: Sequence[tuple[Reservation, Mapping[Dimension, int], asyncio.Future[None]]]
-    ) -> None:
-        keys: list[str] = []
-        args: list[str | int] = [self._sub_ms, self._n]
-        for reservation, used, _ in batch:
-            c = self._compiled(reservation.rules)
-            keys += c.keys
-            args += [reservation.request_id, len(c.keys), c.usage(used, reservation.reserved)]
-        try:
+    async def settle_many(self, items: Sequence[tuple[Reservation, Mapping[Dimension, int]]]) -> None:
+        """One script call for many settlements (the gateway hands over one loop turn's worth)."""
+        for start in range(0, len(items), SETTLE_BATCH):
+            keys: list[str] = []
+            args: list[str | int] = [self._sub_ms, self._n]
+            for reservation, used in items[start : start + SETTLE_BATCH]:
+                c = self._compiled(reservation.rules)
+                keys += c.keys
+                args += [reservation.request_id, len(c.keys), c.usage(used, reservation.reserved)]
             await self._run("settle_v3", keys, args)
-        except BaseException as e:  # every waiter learns the outcome (BackendUnavailable -> retried)
-            for _, _, fut in batch:
-                if not fut.done():
-                    fut.set_exception(e)
-            if not isinstance(e, Exception):
-                raise
-            return
-        for _, _, fut in batch:
-            if not fut.done():
-                fut.set_result(None)
 
     async def renew(self, reservations: Sequence[Reservation]) -> None:
         for start in range(0, len(reservations), RENEW_BATCH):

@@ -287,3 +287,19 @@ async def test_renew_does_not_revive_an_expired_lease(harness: Harness) -> None:
     await harness.advance(0.8)
     await lim.renew([late])  # too late: the lease already stopped counting
     await admit_ok(lim, admission((r,), 100))
+
+
+async def test_settle_many_settles_each_reservation_once(harness: Harness) -> None:
+    lim = await harness.make()
+    tokens = rule(Dimension.TOKENS, 10_000)
+    slots = rule(Dimension.CONCURRENT, 3, Level.ORG, "acme")
+    rules = (tokens, slots)
+    held = [await admit_ok(lim, admission(rules, 100, 900)) for _ in range(3)]
+    assert not (await lim.admit(admission(rules, 1, 1))).allowed  # all three slots taken
+    usages = [usage_cost(10, 20), usage_cost(30, 40), usage_cost(0, 0)]
+    await lim.settle_many(list(zip(held, usages, strict=True)))
+    left = await remaining(lim, rules)
+    assert left[tokens] == 10_000 - 100
+    assert left[slots] == 3
+    await lim.settle_many(list(zip(held, usages, strict=True)))  # a retried batch charges nothing twice
+    assert (await remaining(lim, rules))[tokens] == 10_000 - 100
