@@ -34,6 +34,7 @@ from gateway.errors import (
     NotFoundError,
     UpstreamUnavailableError,
 )
+from gateway.exchange import Receive, RequestIds, Scope, Send, send_error
 from gateway.metrics import Metrics
 from gateway.normalize import Kind
 from gateway.openapi import (
@@ -48,7 +49,7 @@ from gateway.openapi import (
     ModelList,
     error_responses,
 )
-from gateway.relay import Receive, Relay, RequestIds, Scope, Send, send_error
+from gateway.relay import Relay
 from gateway.runtime import build as build_components
 from gateway.settings import Settings
 from gateway.upstream import PoolClient, new_session

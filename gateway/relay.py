@@ -7,8 +7,8 @@ are relayed event by event without re-serializing (gateway.sse); the response st
 first upstream chunk is in hand, so every failure before that is a clean JSON error with the right
 status, and every failure after it ends the stream with an error event and `[DONE]`.
 
-A watcher waits on the ASGI receive channel for `http.disconnect`; when the client leaves, the
-handler task is cancelled, which closes the upstream connection, which makes vLLM abort the
+A watcher (gateway.exchange) waits on the ASGI receive channel for `http.disconnect`; when the client
+leaves, the handler task is cancelled, which closes the upstream connection, which makes vLLM abort the
 request and free its KV cache. The handler is a plain ASGI callable rather than a FastAPI route:
 measured here, routing, dependency injection and Response objects cost more than the relay itself.
 """
@@ -16,10 +16,6 @@ measured here, routing, dependency injection and Response objects cost more than
 from __future__ import annotations
 
 import asyncio
-import itertools
-import os
-import re
-from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
 from time import perf_counter
 from typing import Any
@@ -41,17 +37,21 @@ from gateway.errors import (
     UpstreamTimeoutError,
     from_upstream,
 )
+from gateway.exchange import (
+    ClientGone,
+    Exchange,
+    Receive,
+    RequestHeaders,
+    RequestIds,
+    Scope,
+    Send,
+    send_error,
+)
 from gateway.metrics import AliasMetrics, Metrics
 from gateway.normalize import Kind, alias_of, estimate_input_tokens, parse_body, prepare
 from gateway.sse import DONE, SSESplitter
 from gateway.upstream import PoolClient, classify
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-
-_REQUEST_ID_OK = re.compile(rb"^[A-Za-z0-9._:\-]{1,128}$")
 _JSON_HEADERS = [(b"content-type", b"application/json")]
 _SSE_HEADERS = [
     (b"content-type", b"text/event-stream; charset=utf-8"),
@@ -61,116 +61,11 @@ _SSE_HEADERS = [
 _UPSTREAM_FAILURES = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
 
 
-class ClientGone(Exception):
-    """The client disconnected; nothing can be sent any more."""
-
-
-class RequestIds:
-    """Request ids unique across processes: a random per-process prefix plus a counter.
-
-    Profiling showed `os.urandom` + hex per request at ~5 % of the relay's CPU; a counter costs
-    nothing and the 64-bit random prefix keeps ids from different replicas apart.
-    """
-
-    __slots__ = ("_prefix", "_counter")
-
-    def __init__(self) -> None:
-        self._prefix = b"req_" + os.urandom(8).hex().encode()
-        self._counter = itertools.count(1)
-
-    def of(self, scope: Scope) -> bytes:
-        for name, value in scope["headers"]:
-            if name == b"x-request-id":
-                return self.accept(value)
-        return self.new()
-
-    def accept(self, client_id: bytes | None) -> bytes:
-        """The client's id when it is a sane one, else a new id."""
-        if client_id is not None and _REQUEST_ID_OK.match(client_id):
-            return bytes(client_id)
-        return self.new()
-
-    def new(self) -> bytes:
-        return b"%s%08x" % (self._prefix, next(self._counter))
-
-
-async def send_error(send: Send, err: GatewayError, request_id: bytes) -> None:
-    body = err.body()
-    headers = [
-        (b"content-type", b"application/json"),
-        (b"content-length", str(len(body)).encode()),
-        (b"x-request-id", request_id),
-    ]
-    headers += [(k.encode(), v.encode()) for k, v in err.response_headers().items()]
-    await send({"type": "http.response.start", "status": err.status, "headers": headers})
-    await send({"type": "http.response.body", "body": body, "more_body": False})
-
-
 @dataclass(frozen=True, slots=True)
 class Route:
     model: Model
     pool: PoolClient
     metrics: AliasMetrics
-
-
-class _Request:
-    """Per-request bookkeeping shared with the disconnect watcher, and the usage to settle."""
-
-    __slots__ = ("task", "finished", "client_gone", "watcher", "usage_in", "usage_out", "reported")
-
-    def __init__(self) -> None:
-        self.task = asyncio.current_task()
-        self.finished = False
-        self.client_gone = False
-        self.watcher: asyncio.Future[Message] | None = None
-        self.usage_in = 0
-        self.usage_out = 0
-        self.reported = False  # usage came from the pool (else it is the gateway's own count)
-
-    def watch(self, receive: Receive) -> None:
-        self.watcher = asyncio.ensure_future(receive())
-        self.watcher.add_done_callback(self._on_receive)
-
-    def _on_receive(self, fut: asyncio.Future[Message]) -> None:
-        if fut.cancelled() or self.finished:
-            return
-        if fut.exception() is None and fut.result().get("type") == "http.disconnect":
-            self.client_gone = True
-            if self.task is not None:
-                self.task.cancel()
-
-    def done(self) -> None:
-        self.finished = True
-        if self.watcher is not None and not self.watcher.done():
-            self.watcher.cancel()
-
-    def record(self, usage: Any) -> None:
-        if isinstance(usage, dict):
-            pt, ct = usage.get("prompt_tokens"), usage.get("completion_tokens")
-            self.usage_in = pt if isinstance(pt, int) else 0
-            self.usage_out = ct if isinstance(ct, int) else 0
-            self.reported = True
-
-
-class _Headers:
-    """The request headers the relay reads, found in one pass."""
-
-    __slots__ = ("request_id", "content_length", "authorization", "api_key")
-
-    def __init__(self, scope: Scope) -> None:
-        self.request_id: bytes | None = None
-        self.content_length: bytes | None = None
-        self.authorization: bytes | None = None
-        self.api_key: bytes | None = None
-        for name, value in scope["headers"]:
-            if name == b"authorization":
-                self.authorization = value
-            elif name == b"content-length":
-                self.content_length = value
-            elif name == b"x-request-id":
-                self.request_id = value
-            elif name == b"api-key":
-                self.api_key = value
 
 
 class Relay:
@@ -224,9 +119,9 @@ class Relay:
 
     async def handle(self, kind: Kind, scope: Scope, receive: Receive, send: Send) -> None:
         t0 = perf_counter()
-        h = _Headers(scope)
+        h = RequestHeaders(scope)
         rid = self._ids.accept(h.request_id)
-        req = _Request()
+        req = Exchange()
         route: Route | None = None
         ticket: Ticket | None = None
         status = 500
@@ -320,7 +215,7 @@ class Relay:
         payload: bytes,
         rid: bytes,
         send: Send,
-        req: _Request,
+        req: Exchange,
         t0: float,
         ticket: Ticket,
     ) -> int:
@@ -367,7 +262,7 @@ class Relay:
         self._metrics.overhead.labels(kind.value).observe(overhead + perf_counter() - t_back)
         return 200
 
-    def _count_usage(self, route: Route, req: _Request) -> None:
+    def _count_usage(self, route: Route, req: Exchange) -> None:
         route.metrics.input_tokens.inc(req.usage_in)
         route.metrics.output_tokens.inc(req.usage_out)
 
@@ -379,7 +274,7 @@ class Relay:
         rid: bytes,
         client_usage: bool,
         send: Send,
-        req: _Request,
+        req: Exchange,
         t0: float,
         ticket: Ticket,
         choices: int,
