@@ -158,11 +158,12 @@ class LimitsConfig(_Frozen):
         256, ge=1, description="output tokens reserved at a time for streams without a client max_tokens"
     )
     input_bytes_per_token: float = Field(
-        2.0,
+        1.0,
         gt=0,
-        description="input tokens are reserved as ceil(prompt bytes / this) + per-message overhead; "
-        "keep it below your tokenizers' real bytes-per-token (~4 for English BPE) so reservations are "
-        "upper bounds and settlement only ever lowers them",
+        description="input tokens are reserved as ceil(prompt bytes / this) + a per-message allowance. "
+        "1.0 is a strict upper bound for byte-level BPE tokenizers (a token is at least one byte), which "
+        "the window guarantee needs; a larger value (English prose is ~4 bytes/token) admits more while "
+        "requests run, at the risk of under-reserving digit- or punctuation-heavy prompts",
     )
     premium_reserved_share: float = Field(
         0.0, ge=0, lt=1, description="share of shared levels (org, global, pool) only premium may use"

@@ -22,6 +22,7 @@ import orjson
 import redis
 
 from gateway.normalize import Kind, estimate_input_tokens
+from ratelimit.model import LimitsConfig
 from tests.e2e.limits.conftest import SimFactory, gateway
 from tests.support.limits_stack import (
     TenantKey,
@@ -34,6 +35,9 @@ from tests.support.limits_stack import (
     write_policy,
 )
 from tests.support.redis_server import RedisServer
+
+# The gateway's default input estimate (the policies here do not override it).
+BYTES_PER_TOKEN = LimitsConfig().input_bytes_per_token
 
 CLIENTS = 200
 DURATION_S = float(os.environ.get("LLMGW_E2E_LOAD_S", "60"))
@@ -230,7 +234,7 @@ async def test_accuracy_under_load(tmp_path, redis_server: RedisServer, sims: Si
             timeout=10,
         )
         assert resp.status_code == 200, resp.text
-        cost = estimate_input_tokens(Kind.CHAT, probe, 2.0) + 1
+        cost = estimate_input_tokens(Kind.CHAT, probe, BYTES_PER_TOKEN) + 1
         assert resp.headers["x-ratelimit-limit-tokens"] == str(BUDGET)
         assert int(resp.headers["x-ratelimit-remaining-tokens"]) == BUDGET - cost, dict(resp.headers)
     r.close()

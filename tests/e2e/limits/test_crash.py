@@ -17,9 +17,13 @@ from contextlib import AsyncExitStack
 import httpx
 
 from gateway.normalize import Kind, estimate_input_tokens
+from ratelimit.model import LimitsConfig
 from tests.e2e.limits.conftest import SimFactory, gateway
 from tests.support.limits_stack import TenantKey, chat_body, write_policy
 from tests.support.redis_server import RedisServer
+
+# The gateway's default input estimate (the policies here do not override it).
+BYTES_PER_TOKEN = LimitsConfig().input_bytes_per_token
 
 LEASE_S = 3.0
 SLOTS = 3
@@ -53,9 +57,9 @@ async def test_kill_9_frees_budget_within_one_lease(
         org_limits={"acme": f"{{tokens_per_min: {TOKENS}, concurrent: {SLOTS}}}"},
     )
     doomed = chat_body(LONG)
-    doomed_cost = estimate_input_tokens(Kind.CHAT, doomed, 2.0) + LONG
+    doomed_cost = estimate_input_tokens(Kind.CHAT, doomed, BYTES_PER_TOKEN) + LONG
     probe = chat_body(PROBE_MAX, prompt="probe")
-    probe_cost = estimate_input_tokens(Kind.CHAT, probe, 2.0) + PROBE_MAX
+    probe_cost = estimate_input_tokens(Kind.CHAT, probe, BYTES_PER_TOKEN) + PROBE_MAX
     timeout = httpx.Timeout(10, read=30)
 
     async with httpx.AsyncClient(timeout=timeout) as client:
