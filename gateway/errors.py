@@ -96,12 +96,6 @@ class RequestTooLargeError(GatewayError):
     default_code = "request_too_large"
 
 
-class UnsupportedMediaTypeError(GatewayError):
-    status = 415
-    type = "invalid_request_error"
-    default_code = "unsupported_media_type"
-
-
 class ConflictError(GatewayError):
     """The request conflicts with existing state (a key id already taken, a config key revoked)."""
 

@@ -130,7 +130,7 @@ class MemoryBackend:
         for rule, check in zip(admission.rules, checks, strict=True):
             remaining, reset_ms = check.state(check.cost if refused < 0 else 0, t, cur, self._sub_ms)
             outcomes.append(RuleOutcome(remaining, reset_ms, rule.shadow and not check.fits))
-        return build_decision(admission, refused, retry_ms, outcomes, t, str(t))
+        return build_decision(admission, refused, retry_ms, outcomes)
 
     async def top_up(self, reservation: Reservation, extra: Mapping[Dimension, int]) -> bool:
         t = self._now_ms()

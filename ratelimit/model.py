@@ -18,7 +18,7 @@ without settling leaks nothing for longer than one lease.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Literal, Protocol
 
@@ -231,14 +231,12 @@ class RuleState:
 
 @dataclass(slots=True)
 class Reservation:
-    """What an admitted request holds; backends keep their own bookkeeping in `token`."""
+    """What an admitted request holds at every rule (`reserved` also names its leases in Redis)."""
 
     request_id: str
     rules: tuple[Rule, ...]
     reserved: dict[Dimension, int]
     priority: Priority
-    token: str = ""  # backend-specific (e.g. admission sub-window and lease id)
-    admitted_at: float = 0.0  # server clock, seconds
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,7 +248,6 @@ class Decision:
     retry_after_s: float = 0.0
     shadow_refusals: tuple[Rule, ...] = ()  # shadow rules that would have refused
     degraded: bool = False  # decided by the fail-open local limiter, not the shared backend
-    extra: dict[str, str] = field(default_factory=dict)
 
 
 class Limiter(Protocol):

@@ -200,9 +200,6 @@ class RedisBackend:
             c = self._by_rules[id(rules)] = _Compiled.of(self._prefix, rules)
         return c
 
-    def _keys(self, rules: tuple[Rule, ...]) -> list[str]:
-        return self._compiled(rules).keys
-
     def _head(self, request_id: str) -> list[str | int]:
         return [request_id, self._lease_ms, self._sub_ms, self._n, self._batch]
 
@@ -216,7 +213,7 @@ class RedisBackend:
             RuleOutcome(int(reply[j]), int(reply[j + 1]), bool(int(reply[j + 2])))
             for j in range(4, 4 + 3 * len(admission.rules), 3)
         ]
-        return build_decision(admission, -1 if allowed else refused - 1, retry_ms, outcomes, t_ms, str(t_ms))
+        return build_decision(admission, -1 if allowed else refused - 1, retry_ms, outcomes)
 
     async def top_up(self, reservation: Reservation, extra: Mapping[Dimension, int]) -> bool:
         c = self._compiled(reservation.rules)

@@ -129,7 +129,7 @@ def choose_refusal(admission: Admission, retry_ms: Sequence[int | None]) -> tupl
 
 
 def build_decision(
-    admission: Admission, refused: int, retry_ms: int, outcomes: Sequence[RuleOutcome], t_ms: int, token: str
+    admission: Admission, refused: int, retry_ms: int, outcomes: Sequence[RuleOutcome]
 ) -> Decision:
     states = tuple(
         RuleState(rule, o.remaining, o.reset_ms / 1000)
@@ -140,7 +140,5 @@ def build_decision(
         return Decision(
             False, None, states, admission.rules[refused], max(retry_ms, 1) / 1000, shadow_refusals=shadow
         )
-    reservation = Reservation(
-        admission.request_id, admission.rules, dict(admission.cost), admission.priority, token, t_ms / 1000
-    )
+    reservation = Reservation(admission.request_id, admission.rules, dict(admission.cost), admission.priority)
     return Decision(True, reservation, states, shadow_refusals=shadow)
