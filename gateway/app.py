@@ -34,7 +34,7 @@ from gateway.errors import (
     NotFoundError,
     UpstreamUnavailableError,
 )
-from gateway.exchange import Receive, RequestIds, Scope, Send, send_error
+from gateway.exchange import Receive, RequestHeaders, RequestIds, Scope, Send, send_error
 from gateway.metrics import Metrics
 from gateway.normalize import Kind
 from gateway.openapi import (
@@ -207,10 +207,9 @@ class GatewayApp:
         async def list_models(request: Request) -> ModelList:
             """The aliases the caller's key may use."""
             created = int(self.started_at)
+            h = RequestHeaders(request.scope)
             aliases = await self.parts.auth.models_for(
-                _header(request, b"authorization"),
-                [m.name for m in self.policy.models],
-                api_key=_header(request, b"api-key"),
+                h.authorization, [m.name for m in self.policy.models], api_key=h.api_key
             )
             return ModelList(data=[ModelCard(id=a, created=created, owned_by="llm-gateway") for a in aliases])
 
@@ -275,13 +274,6 @@ class GatewayApp:
             comps[model.__name__] = js
         api.openapi_schema = schema
         return schema
-
-
-def _header(request: Request, name: bytes) -> bytes | None:
-    for k, v in request.scope["headers"]:
-        if k == name:
-            return bytes(v)
-    return None
 
 
 def _with_request_id(send: Send, rid: bytes) -> Send:

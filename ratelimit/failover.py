@@ -135,17 +135,7 @@ class FailoverLimiter:
         return True
 
     async def settle(self, reservation: Reservation, used: Mapping[Dimension, int]) -> None:
-        if reservation.request_id in self._local_ids:
-            self._local_ids.discard(reservation.request_id)
-            await self._local.settle(reservation, used)
-            return
-        try:
-            await self._primary.settle(reservation, used)
-        except BackendUnavailable as e:
-            self._failed(e)
-            task = asyncio.create_task(self._retry_settle(reservation, dict(used)))
-            self._retries.add(task)
-            task.add_done_callback(self._retries.discard)
+        await self.settle_many(((reservation, used),))
 
     async def settle_many(self, items: Sequence[tuple[Reservation, Mapping[Dimension, int]]]) -> None:
         local = [(r, u) for r, u in items if r.request_id in self._local_ids]

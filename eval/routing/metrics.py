@@ -115,6 +115,17 @@ def _check_share(share: float) -> None:
         raise ValueError(f"strong share must be in [0, 1], got {share}")
 
 
+def _router_inputs(
+    difficulty: npt.ArrayLike, strong_score: npt.ArrayLike, weak_score: npt.ArrayLike
+) -> tuple[FloatArray, FloatArray, FloatArray]:
+    """Difficulty and both models' scores as equal-length float vectors (at least one row)."""
+    d = _as_vector("difficulty", difficulty)
+    if d.shape[0] == 0:
+        raise ValueError("cannot evaluate a router on zero rows")
+    n = d.shape[0]
+    return d, _as_vector("strong_score", strong_score, n), _as_vector("weak_score", weak_score, n)
+
+
 def routing_curve(
     difficulty: npt.ArrayLike,
     strong_score: npt.ArrayLike,
@@ -122,12 +133,8 @@ def routing_curve(
     strong_cost: npt.ArrayLike | None = None,
     weak_cost: npt.ArrayLike | None = None,
 ) -> RoutingCurve:
-    d = _as_vector("difficulty", difficulty)
+    d, s, w = _router_inputs(difficulty, strong_score, weak_score)
     n = d.shape[0]
-    if n == 0:
-        raise ValueError("cannot evaluate a router on zero rows")
-    s = _as_vector("strong_score", strong_score, n)
-    w = _as_vector("weak_score", weak_score, n)
     performance = (w.sum() + expected_cumsum(d, s - w)) / n
     cost: FloatArray | None = None
     if strong_cost is not None and weak_cost is not None:
@@ -174,12 +181,7 @@ def apgr_decile_thresholds(
 
     Kept only to compare with published numbers; `apgr` is the definition we report.
     """
-    d = _as_vector("difficulty", difficulty)
-    n = d.shape[0]
-    if n == 0:
-        raise ValueError("cannot evaluate a router on zero rows")
-    s = _as_vector("strong_score", strong_score, n)
-    w = _as_vector("weak_score", weak_score, n)
+    d, s, w = _router_inputs(difficulty, strong_score, weak_score)
     perf_s, perf_w = float(s.mean()), float(w.mean())
     if math.isclose(perf_s, perf_w, rel_tol=0.0, abs_tol=1e-12):
         return math.nan
