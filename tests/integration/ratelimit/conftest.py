@@ -9,22 +9,10 @@ and keep every "still counted" assertion far (>= 0.5 s) from any expiry.
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import pytest
 from contract_harness import Harness
-
-from tests.support.redis_server import REDIS_SERVER, RedisServer
-
-
-@pytest.fixture(scope="session")
-def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    if REDIS_SERVER is None:
-        pytest.skip("redis-server binary not found on PATH (apt install redis-server)")
-    server = RedisServer(tmp_path_factory.mktemp("redis"))
-    server.start()
-    yield server
-    server.kill()
 
 
 @pytest.fixture(params=["memory", "redis"])

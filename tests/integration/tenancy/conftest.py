@@ -2,24 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import pytest
 import redis.asyncio
 
-from tests.support.redis_server import REDIS_SERVER, RedisServer
+from tests.support.redis_server import RedisServer
 
 
 @pytest.fixture(scope="session")
-def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    if REDIS_SERVER is None:
-        pytest.skip("redis-server is not installed")
-    server = RedisServer(tmp_path_factory.mktemp("redis"))
-    server.start()
-    try:
-        yield server.url
-    finally:
-        server.kill()
+def redis_url(redis_server: RedisServer) -> str:
+    return redis_server.url
 
 
 @pytest.fixture
