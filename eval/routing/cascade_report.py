@@ -1,0 +1,69 @@
+"""Files written by `llmgw cascade eval --out DIR`: report.json and a cost-quality plot.
+
+The plot (eval/routing/plot.py) puts the cross-validated cascade, pooled and per task, among the
+single-model points of every model the evaluation used, with cost as % of strong-only so that files
+with different price levels share one axis.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict
+from pathlib import Path
+
+from eval.routing.cascade_eval import CvResult, Summary
+from eval.routing.data import Row, tier_outcomes
+from eval.routing.metrics import CostQuality, single_model_points
+from eval.routing.plot import plot_cost_quality
+
+
+def _summary_json(s: Summary) -> dict[str, object]:
+    return {
+        **asdict(s),
+        "tier_share": dict(s.tier_share),
+        "escalations": dict(s.escalations),
+        "cost_share": s.cost_share,
+        "gap_recovered": s.gap_recovered,
+    }
+
+
+def write_report(
+    out: Path,
+    rows: Sequence[Row],
+    pool_models: Mapping[str, str],
+    strong: str,
+    weak: str,
+    overall: Summary,
+    by_task: Mapping[str, Summary],
+    result: CvResult,
+) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    report = {
+        "strong": strong,
+        "weak": weak,
+        "overall": _summary_json(overall),
+        "by_task": {t: _summary_json(s) for t, s in by_task.items()},
+        "folds": [asdict(f) for f in result.fits],
+    }
+    (out / "report.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+
+    models = sorted(set(pool_models.values()))
+    outcomes = tier_outcomes(rows, models)
+    points = single_model_points(outcomes)
+    strong_cost = points[strong].cost_usd
+    relative = {
+        m: CostQuality(quality=p.quality, cost_usd=100 * p.cost_usd / strong_cost, tier_share=p.tier_share)
+        for m, p in points.items()
+    }
+    curves = {"cascade (cross-validated)": [(100 * overall.cost_share, overall.quality)]}
+    if len(by_task) > 1:
+        for task, s in by_task.items():
+            curves[f"cascade on {task}"] = [(100 * s.cost_share, s.quality)]
+    plot_cost_quality(
+        curves,
+        out / "cost_quality.png",
+        models=relative,
+        title="Cascade vs single models (pooled rows)",
+        cost_label="cost (% of strong-only)",
+    )

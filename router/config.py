@@ -1,0 +1,166 @@
+"""Configuration of a routed alias: the tiers it may use, how the start tier is picked, the cascade.
+
+Embedded by the gateway policy YAML under a model's route (`models: - name: auto; route: {policy:
+{...}}`). Frozen pydantic models that reject unknown keys, like gateway/config.py, but with no import
+of `gateway` (design §2): the gateway validates that `tiers[].pool` names exist; this module validates
+everything that is local to one routed alias.
+
+    tiers:                          # cheap -> strong; the last tier is the strong one
+      - {pool: mixtral}
+      - {pool: yi}
+      - {pool: gpt4}
+    difficulty: {thresholds: [0.3, 0.8]}   # optional; default: the router artifact's calibration
+    cascade:
+      scorers: [{kind: agreement, mode: tiers, accept_threshold: 0.5}]
+      max_escalations: 2
+      stream_mode: buffer
+    latency_budget_ms: 20000
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Price(_Frozen):
+    """USD per million tokens; a pool's price in the gateway YAML has the same shape."""
+
+    input_per_mtok: float = Field(ge=0)
+    output_per_mtok: float = Field(ge=0)
+
+    def cost(self, input_tokens: int, output_tokens: int) -> float:
+        return (input_tokens * self.input_per_mtok + output_tokens * self.output_per_mtok) / 1e6
+
+
+class Tier(_Frozen):
+    pool: str = Field(min_length=1, description="a pool name of the gateway policy")
+    price: Price | None = Field(None, description="overrides the pool's price for this alias")
+    typical_latency_ms: float | None = Field(
+        None, gt=0, description="expected end-to-end time of one call; used against the latency budget"
+    )
+
+
+class Difficulty(_Frozen):
+    """Overrides of the router artifact's calibration: N-1 cut points over N tiers, or a strong share."""
+
+    thresholds: tuple[float, ...] | None = Field(
+        None, description="ascending cut points in [0,1]; difficulty >= thresholds[i] starts above tier i"
+    )
+    target_strong_share: float | None = Field(
+        None, ge=0, le=1, description="start at the strong tier for this share of traffic (two-way split)"
+    )
+
+    @model_validator(mode="after")
+    def _one_source(self) -> Difficulty:
+        if self.thresholds is not None and self.target_strong_share is not None:
+            raise ValueError("give thresholds or target_strong_share, not both")
+        t = self.thresholds
+        if t is not None and (any(not 0 <= x <= 1 for x in t) or list(t) != sorted(t)):
+            raise ValueError(f"thresholds must be ascending values in [0, 1], got {list(t)}")
+        return self
+
+
+class LogprobScorer(_Frozen):
+    kind: Literal["logprob"]
+    reduce: Literal["mean", "min"] = Field("mean", description="mean or min token log-probability")
+    accept_threshold: float = Field(0.5, ge=0, le=1, description="accept when exp(reduced logprob) >= this")
+
+
+class AgreementScorer(_Frozen):
+    kind: Literal["agreement"]
+    mode: Literal["tiers", "samples"] = Field(
+        "tiers", description="tiers: call two adjacent cheap tiers together; samples: two samples of one"
+    )
+    accept_threshold: float = Field(
+        0.5, ge=0, le=1, description="accept when this share of the other answers has the same final answer"
+    )
+
+
+class TrainedScorer(_Frozen):
+    kind: Literal["trained"]
+    artifact: str | None = Field(None, description="path of a scorer artifact; default: the shipped one")
+    accept_threshold: float = Field(0.5, ge=0, le=1, description="accept when P(answer is good) >= this")
+
+
+ScorerConfig = Annotated[LogprobScorer | AgreementScorer | TrainedScorer, Field(discriminator="kind")]
+
+
+class Cascade(_Frozen):
+    scorers: tuple[ScorerConfig, ...] = Field(
+        min_length=1, description="an answer is accepted when every scorer accepts it"
+    )
+    max_escalations: int = Field(1, ge=0, description="at most this many steps after the first")
+    stream_mode: Literal["buffer", "route_only"] = Field(
+        "buffer", description="streaming requests: score then stream the accepted answer, or route only"
+    )
+
+    @property
+    def mode(self) -> Literal["single", "tiers", "samples"]:
+        """How a step's calls are formed: from the agreement scorer if there is one."""
+        for s in self.scorers:
+            if isinstance(s, AgreementScorer):
+                return s.mode
+        return "single"
+
+
+class RoutingPolicy(_Frozen):
+    tiers: tuple[Tier, ...] = Field(min_length=1, description="cheap -> strong; the last is the strong one")
+    difficulty: Difficulty | None = None
+    cascade: Cascade | None = Field(None, description="absent: route only (one tier, failover upwards)")
+    latency_budget_ms: float | None = Field(
+        None, gt=0, description="default budget when the request gives none; None = unlimited"
+    )
+    min_headroom: float = Field(
+        0.0, ge=0, le=1, description="tiers whose pool SLO headroom is at or below this are skipped"
+    )
+    risk_floor: dict[str, int] = Field(
+        default_factory=dict, description="risk flag -> lowest tier index a flagged request may start at"
+    )
+    fallback_tier: int | None = Field(
+        None, description="start tier when there is no difficulty model; None = the cheapest tier"
+    )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> RoutingPolicy:
+        n = len(self.tiers)
+        pools = [t.pool for t in self.tiers]
+        if len(set(pools)) != n:
+            raise ValueError(f"tier pools repeat: {pools}")
+        if (
+            self.difficulty
+            and self.difficulty.thresholds is not None
+            and len(self.difficulty.thresholds) != n - 1
+        ):
+            raise ValueError(f"{n} tiers need {n - 1} difficulty thresholds")
+        for flag, tier in self.risk_floor.items():
+            if not 0 <= tier < n:
+                raise ValueError(f"risk_floor[{flag!r}] = {tier} is not a tier index (0..{n - 1})")
+        if self.fallback_tier is not None and not 0 <= self.fallback_tier < n:
+            raise ValueError(f"fallback_tier {self.fallback_tier} is not a tier index (0..{n - 1})")
+        prices = [t.price for t in self.tiers]
+        for i in range(n - 1):
+            a, b = prices[i], prices[i + 1]
+            if (
+                a is not None
+                and b is not None
+                and a.output_per_mtok + a.input_per_mtok > (b.output_per_mtok + b.input_per_mtok)
+            ):
+                # A cascade only saves money when it tries cheaper tiers first.
+                raise ValueError(
+                    f"tiers must be ordered cheap -> strong: tier {i} costs more than tier {i + 1}"
+                )
+        return self
+
+    def with_prices(self, prices: dict[str, Price | None]) -> RoutingPolicy:
+        """Fill tiers without a price from the pools' prices (pool name -> price)."""
+        tiers = tuple(
+            t if t.price is not None else t.model_copy(update={"price": prices.get(t.pool)})
+            for t in self.tiers
+        )
+        return self.model_copy(update={"tiers": tiers})

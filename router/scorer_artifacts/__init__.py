@@ -1,0 +1,1 @@
+"""The shipped answer-scorer artifact (answer_scorer.json), trained by `llmgw cascade train-scorer`."""
