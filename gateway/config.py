@@ -15,6 +15,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ratelimit.model import LevelLimits, LimitsConfig
+from router.config import Price, RoutingPolicy
 
 Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$")]
 PoolName = Annotated[str, Field(pattern=r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")]
@@ -55,6 +56,9 @@ class Pool(_Frozen):
         None, description="environment variable holding the pool's API key (never the key itself)"
     )
     timeouts: Timeouts = Timeouts()
+    price: Price | None = Field(
+        None, description="USD per million input/output tokens: cost accounting of routed aliases"
+    )
 
 
 class OutputTokens(_Frozen):
@@ -69,7 +73,22 @@ class OutputTokens(_Frozen):
 
 
 class Route(_Frozen):
-    pool: PoolName
+    pool: PoolName | None = Field(None, description="the one pool this alias is served by")
+    policy: RoutingPolicy | None = Field(None, description="a routed alias: tiers, difficulty, cascade")
+
+    @model_validator(mode="after")
+    def _pool_or_policy(self) -> Route:
+        if (self.pool is None) == (self.policy is None):
+            raise ValueError("a route needs exactly one of pool or policy")
+        return self
+
+    @property
+    def pools(self) -> tuple[str, ...]:
+        """Every pool the alias may call (one, or the policy's tiers cheap -> strong)."""
+        if self.policy is not None:
+            return tuple(t.pool for t in self.policy.tiers)
+        assert self.pool is not None
+        return (self.pool,)
 
 
 class Model(_Frozen):
@@ -159,13 +178,21 @@ def _references(policy: Policy) -> list[tuple[tuple[str | int, ...], str]]:
         if m.name in model_names:
             problems.append((("models", i, "name"), f"duplicate model name '{m.name}'"))
         model_names.add(m.name)
-        if m.route.pool not in pool_names:
+        if m.route.pool is not None and m.route.pool not in pool_names:
             problems.append(
                 (
                     ("models", i, "route", "pool"),
                     f"unknown pool '{m.route.pool}' (pools: {sorted(pool_names)})",
                 )
             )
+        for j, tier in enumerate(m.route.policy.tiers if m.route.policy is not None else ()):
+            if tier.pool not in pool_names:
+                problems.append(
+                    (
+                        ("models", i, "route", "policy", "tiers", j, "pool"),
+                        f"unknown pool '{tier.pool}' (pools: {sorted(pool_names)})",
+                    )
+                )
         if m.slo_class is not None and m.slo_class not in policy.slo_classes:
             problems.append((("models", i, "slo_class"), f"unknown SLO class '{m.slo_class}'"))
     tiers = set(policy.limits.tiers)
