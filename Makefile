@@ -29,8 +29,8 @@ test: $(STAMP) check
 check: lint typecheck
 
 lint: $(STAMP)
-	$(BIN)/ruff check gateway eval ratelimit tests scripts
-	$(BIN)/ruff format --check gateway eval ratelimit tests scripts
+	$(BIN)/ruff check gateway eval ratelimit pools tests scripts
+	$(BIN)/ruff format --check gateway eval ratelimit pools tests scripts
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

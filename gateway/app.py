@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import httpx
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
@@ -35,7 +36,7 @@ from gateway.errors import (
     UpstreamUnavailableError,
 )
 from gateway.exchange import Receive, RequestHeaders, RequestIds, Scope, Send, send_error
-from gateway.metrics import Metrics
+from gateway.metrics import Metrics, PoolsCollector
 from gateway.normalize import Kind
 from gateway.openapi import (
     RELAY_ERRORS,
@@ -75,7 +76,7 @@ class _Runtime:
     def __init__(self, relay: Relay, metrics: Metrics) -> None:
         self.relay = relay
         self.metrics = metrics
-        self.draining = False
+        self.draining = False  # shutting down: new relay requests are refused
 
 
 class _Delegate(Response):
@@ -95,6 +96,7 @@ class GatewayApp:
         self.policy = policy
         self.settings = settings
         self.runtime: _Runtime | None = None
+        self.ready = True  # false from SIGTERM on: load balancers stop sending, requests still served
         self.started_at = time.time()
         self.ids = RequestIds()
         self.parts = build_components(policy, settings)
@@ -105,6 +107,10 @@ class GatewayApp:
         parts = self.parts
         pools = {p.name: PoolClient.build(p) for p in self.policy.pools}
         session = new_session(self.settings.upstream_pool_size)
+        control = httpx.AsyncClient(timeout=5.0)  # scraping and discovery (control plane)
+        for pool in pools.values():
+            pool.start(control)
+        parts.metrics.registry.register(PoolsCollector({n: p.replicas for n, p in pools.items()}))
         await parts.start()
         relay = Relay(
             self.policy,
@@ -130,10 +136,17 @@ class GatewayApp:
             self.runtime.draining = True
             renewer.cancel()
             await asyncio.gather(renewer, return_exceptions=True)
+            for pool in pools.values():
+                await pool.close()
+            await control.aclose()
             await parts.close()
             await session.close()
             # Let aiohttp's transports finish closing before the loop goes away.
             await asyncio.sleep(0)
+
+    def begin_drain(self) -> None:
+        """SIGTERM: readiness goes false; serving continues until the server closes the listener."""
+        self.ready = False
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
@@ -220,7 +233,7 @@ class GatewayApp:
         @api.get("/readyz", include_in_schema=False)
         def readyz() -> JSONResponse:
             rt = self.runtime
-            if rt is None or rt.draining:
+            if rt is None or rt.draining or not self.ready:
                 return JSONResponse({"status": "not ready"}, status_code=503)
             return JSONResponse({"status": "ready"})
 

@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from pools.config import Admission, Balancing, Breaker, Endpoints, Retries, Saturation
 from ratelimit.model import LevelLimits, LimitsConfig
 from router.config import Price, RoutingPolicy
 
@@ -30,12 +31,6 @@ class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-class StaticEndpoints(_Frozen):
-    static: list[Annotated[str, Field(pattern=r"^https?://[^\s/]+(/[^\s]*)?$")]] = Field(
-        min_length=1, description="base URLs of the pool's replicas, e.g. http://vllm-small-0:8000"
-    )
-
-
 class Timeouts(_Frozen):
     connect_s: float = Field(5.0, gt=0, description="TCP connect to a replica")
     first_token_s: float = Field(60.0, gt=0, description="request sent -> response headers / first chunk")
@@ -48,7 +43,7 @@ class Pool(_Frozen):
         "vllm", description="vllm or any OpenAI-compatible server (hosted providers arrive with litellm)"
     )
     model: str = Field(min_length=1, description="the model name the pool serves (sent upstream)")
-    endpoints: StaticEndpoints
+    endpoints: Endpoints
     serves: frozenset[Endpoint] = Field(
         frozenset({"chat", "completions"}), description="which OpenAI endpoints this pool answers"
     )
@@ -59,6 +54,11 @@ class Pool(_Frozen):
     price: Price | None = Field(
         None, description="USD per million input/output tokens: cost accounting of routed aliases"
     )
+    balancing: Balancing = Field(Balancing(), description="replica picking (round_robin, least_load, ...)")
+    saturation: Saturation = Field(Saturation(), description="when a replica takes no more requests")
+    retries: Retries = Field(Retries(), description="retries before the first byte, under a budget")
+    breaker: Breaker = Field(Breaker(), description="per-replica circuit breaker")
+    admission: Admission = Field(Admission(), description="holding requests when no replica can take them")
 
 
 class OutputTokens(_Frozen):

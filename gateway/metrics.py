@@ -8,7 +8,8 @@ up to tens of seconds, TPOT in milliseconds, gateway overhead in tens of microse
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import time
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -16,6 +17,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from gateway.config import Policy
+from pools.pool import ReplicaPool
 from ratelimit.failover import FailoverStats
 
 TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.45, 0.6, 0.8, 1, 1.5, 2, 3, 5, 7.5, 10, 20, 40, 80)
@@ -115,6 +117,25 @@ class Metrics:
             buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5),
             registry=r,
         )
+        self.retries = Counter(
+            "llmgw_pool_retries",
+            "Retry decisions before the first byte: retried, budget_exhausted, no_other_replica",
+            ["pool", "outcome"],
+            registry=r,
+        )
+        self.pool_rejections = Counter(
+            "llmgw_pool_rejections",
+            "Requests a pool could not place (queue_full, saturated, cold_start): answered 503",
+            ["pool", "reason"],
+            registry=r,
+        )
+        self.queue_wait = Histogram(
+            "llmgw_pool_queue_wait_seconds",
+            "Time held in a pool's admission queue, for requests that had to wait",
+            ["pool"],
+            buckets=E2E_BUCKETS,
+            registry=r,
+        )
         self.by_alias: dict[str, AliasMetrics] = {}
         for m in policy.models:
             pool = m.route.pool
@@ -165,3 +186,71 @@ class FailoverCollector(Collector):
             "1 while Redis is unavailable (fail-open local or fail-closed)",
             value=s.degraded,
         )
+
+
+class PoolsCollector(Collector):
+    """Per pool and replica state read at scrape time (the hot path only bumps plain ints).
+
+    Replica labels are base URLs: bounded by the pools' sizes, which operators control.
+    """
+
+    def __init__(self, pools: Mapping[str, ReplicaPool]) -> None:
+        self._pools = pools
+
+    def collect(self) -> Iterator[Metric]:
+        queued = GaugeMetricFamily(
+            "llmgw_pool_queued_requests",
+            "Requests held waiting for a replica (scale-from-zero demand for KEDA; present at zero replicas)",
+            labels=["pool"],
+        )
+        replicas = GaugeMetricFamily(
+            "llmgw_pool_replicas", "Replicas known to the pool, by breaker state", labels=["pool", "state"]
+        )
+        picks = CounterMetricFamily("llmgw_pool_picks", "Replica picks by reason", labels=["pool", "reason"])
+        held = CounterMetricFamily(
+            "llmgw_pool_held_requests", "Requests that waited in the pool's queue", labels=["pool"]
+        )
+        budget = CounterMetricFamily(
+            "llmgw_pool_retry_budget", "Retry budget decisions", labels=["pool", "outcome"]
+        )
+        inflight = GaugeMetricFamily(
+            "llmgw_replica_inflight_requests",
+            "This gateway's requests on a replica",
+            labels=["pool", "replica"],
+        )
+        waiting = GaugeMetricFamily(
+            "llmgw_replica_waiting_requests", "Scraped vLLM queue of a replica", labels=["pool", "replica"]
+        )
+        kv = GaugeMetricFamily(
+            "llmgw_replica_kv_cache_usage", "Scraped vLLM KV-cache use (0..1)", labels=["pool", "replica"]
+        )
+        breaker = GaugeMetricFamily(
+            "llmgw_replica_breaker_state",
+            "Circuit breaker of a replica: 0 closed, 1 open, 2 half-open",
+            labels=["pool", "replica"],
+        )
+        opens = CounterMetricFamily(
+            "llmgw_replica_breaker_opens", "Times a replica's breaker opened", labels=["pool", "replica"]
+        )
+        now = time.monotonic()
+        for name, pool in self._pools.items():
+            queued.add_metric([name], pool.held)
+            states = dict.fromkeys(("closed", "open", "half_open"), 0)
+            for r in pool.replicas:
+                state = r.breaker.current(now)
+                states[state.name.lower()] += 1
+                inflight.add_metric([name, r.base], r.inflight)
+                load = r.fresh_load(now, pool.balancing.stale_after_s)
+                if load is not None:
+                    waiting.add_metric([name, r.base], load.waiting)
+                    kv.add_metric([name, r.base], load.kv_usage)
+                breaker.add_metric([name, r.base], int(state))
+                opens.add_metric([name, r.base], r.breaker.opens)
+            for state_name, count in states.items():
+                replicas.add_metric([name, state_name], count)
+            for reason, count in pool.stats.picks.items():
+                picks.add_metric([name, reason], count)
+            held.add_metric([name], pool.stats.held)
+            budget.add_metric([name, "granted"], pool.budget.granted)
+            budget.add_metric([name, "refused"], pool.budget.refused)
+        yield from (queued, replicas, picks, held, budget, inflight, waiting, kv, breaker, opens)

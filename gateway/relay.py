@@ -16,9 +16,10 @@ measured here, routing, dependency injection and Response objects cost more than
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from time import perf_counter
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 import orjson
@@ -50,7 +51,9 @@ from gateway.exchange import (
 from gateway.metrics import AliasMetrics, Metrics
 from gateway.normalize import Kind, alias_of, estimate_input_tokens, parse_body, prepare
 from gateway.sse import DONE, SSESplitter
-from gateway.upstream import PoolClient, classify
+from gateway.upstream import PATHS, RETRY_STATUSES, PoolClient, classify, no_capacity
+from pools.pool import NoCapacity
+from pools.replica import Replica
 
 _JSON_HEADERS = [(b"content-type", b"application/json")]
 _SSE_HEADERS = [
@@ -59,6 +62,12 @@ _SSE_HEADERS = [
     (b"x-accel-buffering", b"no"),  # tell nginx-style proxies in front of us not to buffer the stream
 ]
 _UPSTREAM_FAILURES = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
+# Failures after which the request may go to another replica (a timeout is not retried: the
+# client has already waited a full timeout).
+_RETRY_KINDS = frozenset({"connect", "disconnect", "client_error"})
+# Held requests (pool admission) are served by tier priority, then in arrival order.
+_PRIORITY = {"premium": 1, "standard": 0}
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,15 +172,19 @@ class Relay:
                 topup,
             )
             payload = orjson.dumps(prep.body)
+            key = route.pool.key(prep.body)
+            priority = _PRIORITY.get(principal.tenant.priority, 0)
             req.watch(receive)
             route.metrics.inflight.inc()
             try:
                 if stream:
                     status = await self._stream(
-                        route, kind, payload, rid, prep.client_usage, send, req, t0, ticket, n
+                        route, kind, payload, rid, prep.client_usage, send, req, t0, ticket, n, key, priority
                     )
                 else:
-                    status = await self._unary(route, kind, payload, rid, send, req, t0, ticket)
+                    status = await self._unary(
+                        route, kind, payload, rid, send, req, t0, ticket, key, priority
+                    )
             finally:
                 route.metrics.inflight.dec()
         except GatewayError as err:
@@ -203,10 +216,79 @@ class Relay:
                 perf_counter() - t0
             )
 
-    def _upstream_failed(self, route: Route, exc: BaseException) -> GatewayError:
+    async def _acquire(self, route: Route, key: int | None, priority: int) -> Replica:
+        pool = route.pool
+        try:
+            return await pool.replicas.acquire(key, priority)
+        except NoCapacity as exc:
+            self._metrics.pool_rejections.labels(pool.config.name, exc.reason).inc()
+            raise no_capacity(exc) from None
+
+    async def _with_retries(
+        self, route: Route, key: int | None, priority: int, attempt: Callable[[Replica], Awaitable[_T]]
+    ) -> tuple[Replica, _T]:
+        """Run `attempt` on a replica; before the first byte, retry failures on other replicas.
+
+        Returns the replica that answered; the caller releases it. Retries stop at the pool's
+        attempt limit, when the retry budget is spent, or when no other replica is eligible.
+        """
+        replicas = route.pool.replicas
+        replica = await self._acquire(route, key, priority)
+        tried: list[Replica] = []
+        while True:
+            try:
+                return replica, await attempt(replica)
+            except _Failed as failed:
+                replicas.release(replica, failed.verdict)
+                tried.append(replica)
+                nxt = self._retry_target(route, key, tried) if failed.retry else None
+                if nxt is None:
+                    raise failed.error from None
+                replica = nxt
+            except BaseException:
+                replicas.release(replica, "neutral")
+                raise
+
+    def _retry_target(self, route: Route, key: int | None, tried: list[Replica]) -> Replica | None:
+        replicas = route.pool.replicas
+        name = route.pool.config.name
+        if len(tried) >= replicas.retries.attempts:
+            return None
+        if not replicas.may_retry():
+            self._metrics.retries.labels(name, "budget_exhausted").inc()
+            return None
+        replica = replicas.try_pick(key, exclude=tried)
+        self._metrics.retries.labels(name, "retried" if replica else "no_other_replica").inc()
+        return replica
+
+    def _failed(self, route: Route, exc: BaseException) -> _Failed:
         err, kind = classify(exc, route.pool.config.name)
         self._metrics.upstream_errors.labels(route.pool.config.name, kind).inc()
-        return err
+        return _Failed(err, kind in _RETRY_KINDS, "fail")
+
+    def _refused(self, route: Route, status: int, data: bytes, retry_after: str | None) -> _Failed:
+        name = route.pool.config.name
+        self._metrics.upstream_errors.labels(name, f"status_{status // 100}xx").inc()
+        # 5xx is the replica failing (feeds its breaker); 4xx is about the request (or 429: busy).
+        verdict = "fail" if status >= 500 else "neutral" if status == 429 else "ok"
+        return _Failed(from_upstream(status, data, name, retry_after), status in RETRY_STATUSES, verdict)
+
+    async def _unary_attempt(
+        self, route: Route, kind: Kind, payload: bytes, headers: dict[str, str], replica: Replica
+    ) -> bytes:
+        pool = route.pool
+        try:
+            async with self._session.post(
+                replica.url(PATHS[kind]), data=payload, headers=headers, timeout=pool.timeout
+            ) as resp:
+                data = await resp.read()
+                status = resp.status
+                retry_after = resp.headers.get("retry-after")
+        except _UPSTREAM_FAILURES as exc:
+            raise self._failed(route, exc) from None
+        if status != 200:
+            raise self._refused(route, status, data, retry_after)
+        return data
 
     async def _unary(
         self,
@@ -218,23 +300,17 @@ class Relay:
         req: Exchange,
         t0: float,
         ticket: Ticket,
+        key: int | None,
+        priority: int,
     ) -> int:
         pool = route.pool
         headers = {**pool.headers, "x-request-id": rid.decode()}
         overhead = perf_counter() - t0
-        try:
-            async with self._session.post(
-                pool.url(kind), data=payload, headers=headers, timeout=pool.timeout
-            ) as resp:
-                data = await resp.read()
-                status = resp.status
-                retry_after = resp.headers.get("retry-after")
-        except _UPSTREAM_FAILURES as exc:
-            raise self._upstream_failed(route, exc) from None
+        replica, data = await self._with_retries(
+            route, key, priority, lambda r: self._unary_attempt(route, kind, payload, headers, r)
+        )
+        pool.replicas.release(replica, "ok")
         t_back = perf_counter()
-        if status != 200:
-            self._metrics.upstream_errors.labels(pool.config.name, f"status_{status // 100}xx").inc()
-            raise from_upstream(status, data, pool.config.name, retry_after)
         try:
             parsed = orjson.loads(data)
         except orjson.JSONDecodeError:
@@ -266,6 +342,58 @@ class Relay:
         route.metrics.input_tokens.inc(req.usage_in)
         route.metrics.output_tokens.inc(req.usage_out)
 
+    async def _stream_attempt(
+        self,
+        route: Route,
+        kind: Kind,
+        payload: bytes,
+        headers: dict[str, str],
+        strip: tuple[bool, bool],
+        replica: Replica,
+    ) -> tuple[aiohttp.ClientResponse, bytes, SSESplitter]:
+        """POST and read up to the first event: nothing has reached the client yet."""
+        pool = route.pool
+        cfg = pool.config
+        splitter = SSESplitter(strip_usage=strip[0], strip_continuous=strip[1])
+        resp: aiohttp.ClientResponse | None = None
+        try:
+            try:
+                async with asyncio.timeout(cfg.timeouts.first_token_s):
+                    resp = await self._session.post(
+                        replica.url(PATHS[kind]), data=payload, headers=headers, timeout=pool.timeout
+                    )
+                    if resp.status != 200:
+                        data = await resp.read()
+                        raise self._refused(route, resp.status, data, resp.headers.get("retry-after"))
+                    first = b""
+                    while not first:
+                        chunk = await resp.content.readany()
+                        if not chunk:
+                            break
+                        first, _ = splitter.feed(chunk)
+            except TimeoutError:
+                self._metrics.upstream_errors.labels(cfg.name, "first_token_timeout").inc()
+                # Not retried: another full first-token wait would outlast what the client expects.
+                raise _Failed(
+                    UpstreamTimeoutError(
+                        f"pool '{cfg.name}' sent no token within {cfg.timeouts.first_token_s:g}s"
+                    ),
+                    False,
+                    "fail",
+                ) from None
+            except _UPSTREAM_FAILURES as exc:
+                raise self._failed(route, exc) from None
+            if not first:
+                self._metrics.upstream_errors.labels(cfg.name, "empty_stream").inc()
+                raise _Failed(
+                    UpstreamError(f"pool '{cfg.name}' ended the stream before sending anything"), True, "fail"
+                )
+        except BaseException:
+            if resp is not None:
+                resp.close()
+            raise
+        return resp, first, splitter
+
     async def _stream(
         self,
         route: Route,
@@ -278,6 +406,8 @@ class Relay:
         t0: float,
         ticket: Ticket,
         choices: int,
+        key: int | None,
+        priority: int,
     ) -> int:
         pool = route.pool
         cfg = pool.config
@@ -286,34 +416,14 @@ class Relay:
         topup = ticket.topping_up
         splitter = SSESplitter(strip_usage=not client_usage, strip_continuous=topup)
         resp: aiohttp.ClientResponse | None = None
+        replica: Replica | None = None
+        verdict = "neutral"
+        t_first = t_last = 0.0
         try:
-            # Nothing has reached the client yet: any failure here is a plain JSON error.
-            try:
-                async with asyncio.timeout(cfg.timeouts.first_token_s):
-                    resp = await self._session.post(
-                        pool.url(kind), data=payload, headers=headers, timeout=pool.timeout
-                    )
-                    if resp.status != 200:
-                        data = await resp.read()
-                        self._metrics.upstream_errors.labels(cfg.name, f"status_{resp.status // 100}xx").inc()
-                        raise from_upstream(resp.status, data, cfg.name, resp.headers.get("retry-after"))
-                    first, has_output = b"", False
-                    while not first:
-                        chunk = await resp.content.readany()
-                        if not chunk:
-                            break
-                        first, has_output = splitter.feed(chunk)
-            except TimeoutError:
-                self._metrics.upstream_errors.labels(cfg.name, "first_token_timeout").inc()
-                raise UpstreamTimeoutError(
-                    f"pool '{cfg.name}' sent no token within {cfg.timeouts.first_token_s:g}s"
-                ) from None
-            except _UPSTREAM_FAILURES as exc:
-                raise self._upstream_failed(route, exc) from None
-            if not first:
-                self._metrics.upstream_errors.labels(cfg.name, "empty_stream").inc()
-                raise UpstreamError(f"pool '{cfg.name}' ended the stream before sending anything")
-
+            strip = (not client_usage, topup)
+            replica, (resp, first, splitter) = await self._with_retries(
+                route, key, priority, lambda r: self._stream_attempt(route, kind, payload, headers, strip, r)
+            )
             t = perf_counter()
             await send(
                 {
@@ -351,13 +461,19 @@ class Relay:
                         await send({"type": "http.response.body", "body": out, "more_body": True})
                 if not splitter.saw_done and not tail:
                     self._metrics.upstream_errors.labels(cfg.name, "truncated_stream").inc()
+                    verdict = "fail"
                     tail = _error_event(UpstreamError(f"pool '{cfg.name}' ended the stream without [DONE]"))
+                elif splitter.saw_done:
+                    verdict = "ok"
             except _UPSTREAM_FAILURES as exc:
-                tail = _error_event(self._upstream_failed(route, exc))
+                verdict = "fail"
+                tail = _error_event(self._failed(route, exc).error)
             req.done()
             await send({"type": "http.response.body", "body": tail, "more_body": False})
             return 200
         finally:
+            if replica is not None:
+                pool.replicas.release(replica, verdict, t_first - t0 if t_first else None)
             if splitter.usage is not None:
                 req.record(splitter.usage)
             else:
@@ -374,6 +490,17 @@ class Relay:
                     resp.release()
                 else:
                     resp.close()
+
+
+class _Failed(Exception):
+    """One attempt failed before the first byte: the caller's error, whether another replica may
+    be tried, and what it says about the replica (`fail` feeds its breaker)."""
+
+    def __init__(self, error: GatewayError, retry: bool, verdict: str) -> None:
+        super().__init__(error.message)
+        self.error = error
+        self.retry = retry
+        self.verdict = verdict
 
 
 def _produced(splitter: SSESplitter) -> int:

@@ -28,3 +28,9 @@ class Settings(BaseSettings):
     redis_timeout_s: float = Field(0.25, gt=0, description="connect / operation timeout towards Redis")
     admin_key: str | None = Field(None, description="bearer key of the admin API; unset = admin API disabled")
     drain_seconds: float = Field(30.0, ge=0, description="graceful shutdown window on SIGTERM")
+    drain_delay_s: float = Field(
+        3.0,
+        ge=0,
+        description="after SIGTERM, keep serving (readiness false) this long so load balancers stop "
+        "sending new requests before the listener closes",
+    )

@@ -1,29 +1,39 @@
-"""The shared upstream HTTP client and the mapping of its failures to gateway errors.
+"""The shared upstream HTTP client, the per-pool client, and the mapping of failures to errors.
 
 One `aiohttp.ClientSession` per process, built in the app lifespan and closed on shutdown. aiohttp
 was chosen by measurement (design §5): on one pinned core a bare relay did 9,028 req/s through
 aiohttp and 743 req/s through httpx. Each pool gets its own timeouts and auth header; the client's
-Authorization header is never forwarded.
+Authorization header is never forwarded. Which replica serves a request is the pool's business
+(`pools.ReplicaPool`: live load, prefix affinity, breakers, hold queue); `PoolClient` ties it to
+the pool's config and computes the affinity key only for pools that use it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
 import os
-from dataclasses import dataclass, field
+import random
+from dataclasses import dataclass
+from typing import Any
 
 import aiohttp
+import httpx
 
 from gateway.config import Pool
 from gateway.errors import GatewayError, UpstreamError, UpstreamTimeoutError, UpstreamUnavailableError
 from gateway.normalize import Kind
+from pools.affinity import prefix_key
+from pools.discovery import discovery_for
+from pools.pool import NoCapacity, ReplicaPool
+from pools.runtime import PoolRuntime
 
 PATHS = {
     Kind.CHAT: "/v1/chat/completions",
     Kind.COMPLETIONS: "/v1/completions",
     Kind.EMBEDDINGS: "/v1/embeddings",
 }
+# A replica that answers these before the first byte may be retried on another replica.
+RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 
 
 def new_session(pool_size: int) -> aiohttp.ClientSession:
@@ -42,16 +52,22 @@ def new_session(pool_size: int) -> aiohttp.ClientSession:
 
 @dataclass(slots=True)
 class PoolClient:
-    """How to reach one pool: replica URLs (round robin until live picking lands), auth, timeouts."""
+    """How to reach one pool: its live replica set, auth, timeouts."""
 
     config: Pool
     headers: dict[str, str]
     timeout: aiohttp.ClientTimeout
-    _urls: dict[Kind, tuple[str, ...]] = field(default_factory=dict)
-    _counter: itertools.count[int] = field(default_factory=itertools.count)
+    replicas: ReplicaPool
+    runtime: PoolRuntime
+    affinity_chars: int  # 0 = the pool does not use prefix affinity: skip computing the key
 
     @classmethod
-    def build(cls, pool: Pool, environ: dict[str, str] | os._Environ[str] = os.environ) -> PoolClient:
+    def build(
+        cls,
+        pool: Pool,
+        environ: dict[str, str] | os._Environ[str] = os.environ,
+        rand: random.Random | None = None,
+    ) -> PoolClient:
         headers = {"content-type": "application/json"}
         if pool.api_key_env:
             key = environ.get(pool.api_key_env)
@@ -59,18 +75,35 @@ class PoolClient:
                 raise GatewayError(f"pool '{pool.name}': environment variable {pool.api_key_env} is not set")
             headers["authorization"] = f"Bearer {key}"
         t = pool.timeouts
-        client = cls(
+        replicas = ReplicaPool(
+            pool.name, pool.balancing, pool.saturation, pool.breaker, pool.retries, pool.admission, rand=rand
+        )
+        if pool.endpoints.static:
+            replicas.set_members(pool.endpoints.static)  # usable before discovery starts
+        bal = pool.balancing
+        return cls(
             config=pool,
             headers=headers,
             timeout=aiohttp.ClientTimeout(total=t.total_s, connect=t.connect_s, sock_connect=t.connect_s),
+            replicas=replicas,
+            # Only vLLM replicas export the load the picker reads.
+            runtime=PoolRuntime(replicas, discovery_for(pool.endpoints), scrape=pool.engine == "vllm"),
+            affinity_chars=bal.prefix.prefix_chars if bal.strategy == "prefix_affinity" else 0,
         )
-        for kind, path in PATHS.items():
-            client._urls[kind] = tuple(u.rstrip("/") + path for u in pool.endpoints.static)
-        return client
 
-    def url(self, kind: Kind) -> str:
-        urls = self._urls[kind]
-        return urls[next(self._counter) % len(urls)]
+    def key(self, body: dict[str, Any]) -> int | None:
+        return prefix_key(body, self.affinity_chars) if self.affinity_chars else None
+
+    def start(self, http: httpx.AsyncClient) -> None:
+        self.runtime.start(http)
+
+    async def close(self) -> None:
+        await self.runtime.close()
+
+
+def no_capacity(exc: NoCapacity) -> GatewayError:
+    """A pool that could not place a request in time: a retryable 503, never a 404."""
+    return UpstreamUnavailableError(str(exc), headers={"retry-after": str(exc.retry_after)})
 
 
 def classify(exc: BaseException, pool: str) -> tuple[GatewayError, str]:

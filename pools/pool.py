@@ -1,0 +1,194 @@
+"""A pool's live replica set: membership, picking with bookkeeping, outcomes, and the hold queue.
+
+`acquire` is the relay's entry: pick now when some replica is eligible; otherwise hold the request
+in a bounded, priority-ordered queue until a replica frees up, appears (scale from zero), or comes
+out of its breaker -- or until the wait limit (`max_wait_s`, or `cold_start_timeout_s` while the
+pool has no replica at all), then `NoCapacity`. Held requests are served highest priority first,
+then first come. `dispatch` runs whenever that may have changed: a release, a membership change,
+the end of a scrape round (saturation and breaker timers move with the clock).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import random
+import time
+from collections.abc import Callable, Collection, Iterable
+from dataclasses import dataclass, field
+
+from pools.breaker import Breaker
+from pools.budget import RetryBudget
+from pools.config import Admission, Balancing, Retries, Saturation
+from pools.config import Breaker as BreakerConfig
+from pools.picker import REASONS, Pick, pick
+from pools.replica import Replica
+
+
+class NoCapacity(Exception):
+    """No replica could take the request in time; `retry_after` is a hint in seconds."""
+
+    def __init__(self, message: str, reason: str, retry_after: int) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.retry_after = retry_after
+
+
+@dataclass(slots=True)
+class PoolStats:
+    picks: dict[str, int] = field(default_factory=lambda: dict.fromkeys(REASONS, 0))
+    held: int = 0  # requests that had to wait
+    hold_timeouts: int = 0
+    queue_full: int = 0
+    retries: int = 0
+
+
+@dataclass(order=True, slots=True)
+class _Waiter:
+    rank: tuple[int, int]  # (-priority, arrival order)
+    key: int | None = field(compare=False)
+    future: asyncio.Future[Replica] = field(compare=False)
+
+
+class ReplicaPool:
+    def __init__(
+        self,
+        name: str,
+        balancing: Balancing,
+        saturation: Saturation,
+        breaker: BreakerConfig,
+        retries: Retries,
+        admission: Admission,
+        clock: Callable[[], float] = time.monotonic,
+        rand: random.Random | None = None,
+    ) -> None:
+        self.name = name
+        self.balancing = balancing
+        self.saturation = saturation
+        self.breaker_config = breaker
+        self.retries = retries
+        self.admission = admission
+        self.replicas: list[Replica] = []
+        self.stats = PoolStats()
+        self.budget = RetryBudget(retries.budget_ratio, retries.budget_min_per_s)
+        self._clock = clock
+        self._rand = rand or random.Random()
+        self._turn = itertools.count()
+        self._order = itertools.count()
+        self._waiters: list[_Waiter] = []
+
+    # --- membership ----------------------------------------------------------------------------
+    def set_members(self, bases: Iterable[str]) -> None:
+        """Replace the replica set; known replicas keep their state (in-flight, breaker, load)."""
+        wanted = list(dict.fromkeys(b.rstrip("/") for b in bases))
+        known = {r.base: r for r in self.replicas}
+        self.replicas = [
+            known.get(b) or Replica(b, Breaker(self.breaker_config.failures, self.breaker_config.open_s))
+            for b in wanted
+        ]
+        self.dispatch()
+
+    def bases(self) -> list[str]:
+        return [r.base for r in self.replicas]
+
+    @property
+    def held(self) -> int:
+        return len(self._waiters)
+
+    # --- picking -------------------------------------------------------------------------------
+    def try_pick(self, key: int | None, exclude: Collection[Replica] = ()) -> Replica | None:
+        now = self._clock()
+        choice = pick(
+            self.replicas,
+            self.balancing,
+            self.saturation,
+            now,
+            key=key,
+            turn=next(self._turn),
+            rand=self._rand,
+            exclude=exclude,
+        )
+        if choice is None:
+            return None
+        return self._commit(choice, now)
+
+    def _commit(self, choice: Pick, now: float) -> Replica:
+        r = choice.replica
+        r.inflight += 1
+        r.picks += 1
+        r.breaker.on_pick(now)
+        self.stats.picks[choice.reason] += 1
+        return r
+
+    async def acquire(self, key: int | None, priority: int = 0) -> Replica:
+        self.budget.record_request(self._clock())
+        if not self._waiters:  # never overtake a held request
+            r = self.try_pick(key)
+            if r is not None:
+                return r
+        adm = self.admission
+        cold = not self.replicas
+        limit = adm.cold_start_timeout_s if cold else adm.max_wait_s
+        if len(self._waiters) >= adm.max_queued or limit <= 0:
+            self.stats.queue_full += 1
+            raise NoCapacity(f"pool '{self.name}' has no free replica and its queue is full", "queue_full", 1)
+        waiter = _Waiter((-priority, next(self._order)), key, asyncio.get_running_loop().create_future())
+        heapq.heappush(self._waiters, waiter)
+        self.stats.held += 1
+        self.dispatch()
+        try:
+            return await asyncio.wait_for(waiter.future, limit)
+        except TimeoutError:
+            if waiter.future.done() and not waiter.future.cancelled():
+                return waiter.future.result()  # picked at the very moment the wait ran out
+            self.stats.hold_timeouts += 1
+            what = "has no ready replica" if not self.replicas else "stayed saturated"
+            raise NoCapacity(
+                f"pool '{self.name}' {what} for {limit:g}s",
+                "cold_start" if cold else "saturated",
+                max(1, round(limit / 4)),
+            ) from None
+        except asyncio.CancelledError:
+            if waiter.future.done() and not waiter.future.cancelled():
+                self.release(waiter.future.result(), "neutral")  # picked just as the client left
+            raise
+        finally:
+            if waiter in self._waiters:
+                self._waiters.remove(waiter)
+                heapq.heapify(self._waiters)
+
+    def dispatch(self) -> None:
+        """Hand eligible replicas to held requests, best priority first."""
+        while self._waiters:
+            w = self._waiters[0]
+            if w.future.done():
+                heapq.heappop(self._waiters)
+                continue
+            r = self.try_pick(w.key)
+            if r is None:
+                return
+            heapq.heappop(self._waiters)
+            w.future.set_result(r)
+
+    # --- outcomes ------------------------------------------------------------------------------
+    def release(self, r: Replica, verdict: str, ttft: float | None = None) -> None:
+        """`verdict`: ok (the replica answered), fail (error/timeout: feeds the breaker), neutral."""
+        r.inflight -= 1
+        if verdict == "ok":
+            r.breaker.success()
+            if ttft is not None:
+                r.observe_ttft(ttft)
+        elif verdict == "fail":
+            r.failures += 1
+            r.breaker.failure(self._clock())
+        else:
+            r.breaker.neutral()
+        if self._waiters:
+            self.dispatch()
+
+    def may_retry(self) -> bool:
+        ok = self.budget.try_retry(self._clock())
+        if ok:
+            self.stats.retries += 1
+        return ok
