@@ -27,11 +27,11 @@ from eval.routing.data import Row, kfold_indices
 from eval.routing.scorer_train import FeatureCache, train_scorer
 from router.cascade import Accept, Cascade, Escalate, Fail
 from router.config import AgreementScorer, LogprobScorer, RoutingPolicy, Tier, TrainedScorer
-from router.plan import Answer, Plan
+from router.plan import Answer, EscalationReason, Plan
 from router.policy import plan_route
 from router.scorers import Scorer, TrainedAnswerScorer
 
-THRESHOLD_GRID: tuple[float, ...] = tuple(round(0.05 * i, 2) for i in range(20))
+THRESHOLD_GRID: tuple[float, ...] = tuple(round(0.025 * i, 3) for i in range(40))
 
 
 class CascadeEvalError(ValueError):
@@ -92,7 +92,7 @@ class _Memo:
     cache: dict[tuple[str, str, tuple[str, ...]], float] = field(default_factory=dict)
 
     @property
-    def reject_reason(self):  # type: ignore[no-untyped-def]
+    def reject_reason(self) -> EscalationReason:
         return self.inner.reject_reason
 
     def score(self, prompt: str, answer: Answer, others: Sequence[Answer]) -> float:
@@ -193,7 +193,8 @@ def summarize(
         strong_quality=sum(r.outcomes[strong].score for r in picked) / n,
         strong_cost_usd=sum(r.outcomes[strong].cost_usd or 0.0 for r in picked),
         weak_quality=sum(r.outcomes[weak].score for r in picked) / n,
-        tier_share={p: shares.get(p, 0) / n for p in [*pools, "<none>"] if p in shares or p != "<none>"},
+        # Every pool of the alias appears (0 when unused); "<none>" only when some rows got no answer.
+        tier_share={p: shares.get(p, 0) / n for p in [*pools, "<none>"] if p != "<none>" or p in shares},
         escalations=dict(sorted(reasons.items())),
         escalated_rows=sum(1 for d in decisions if d.escalated),
     )
