@@ -13,13 +13,22 @@ A rule's base key (passed to the scripts in KEYS):
 `/`, `*` and `%` never appear raw: two different scopes can never produce the same key, and a scope
 cannot open a second hash tag. The scripts derive the per-rule keys from the base key by suffix:
 
-    <base>:w:<n>     minute rules: settled usage of sub-window n (= floor(server_ms / sub_window_ms)),
-                     STRING, expires once it has left the window
+    <base>:w         minute rules: HASH sub-window n (= floor(server_ms / sub_window_ms)) -> settled
+                     usage; kept until its newest sub-window has left the window, older fields dropped
+                     when a new one starts (one hash: a check reads 12 fields of one key, not 12 keys)
     <base>:q:<p>     quota rules: settled usage of UTC period p (`d<days since epoch>` or `m<YYYYMM>`),
                      STRING, expires one day after the period ends
-    <base>:l         ZSET "<request id>|<amount>" -> lease expiry (server ms): live reservations /
-                     concurrency slots; and the sentinel member `#` scored minus the total leased amount
-                     (one key per rule's leases: one PEXPIRE keeps it expiring, no per-lease hash)
+
+Live reservations and concurrency slots are leases, one record per request (not per rule), in two keys
+of the hash tag itself:
+
+    {P}:leases       ZSET request id -> lease expiry (server ms)
+    {P}:lh           HASH `@<request id>` -> "<rule base key> <amount>\n" per rule the request holds,
+                     and <rule base key> -> total amount of the live leases counted at that rule
+
+An admission thus writes a fixed number of keys however many rules it spans (per-rule lease sets cost
+three writes per rule and dominated the scripts' time). Both expire 2 x lease + 1 s after the last lease
+write, when every lease in them has expired.
 
 Derived keys carry the base key's hash tag, so they hash to the same slot (checked by a unit test with
 `redis.crc.key_slot`). They cannot be declared in KEYS up front because sub-window and period depend on
@@ -48,4 +57,5 @@ def rule_key(key_prefix: str, rule: Rule) -> str:
 
 def derived_keys(base: str, sub_window: int, period: str) -> list[str]:
     """Every key a script may derive from `base` (for tests and tooling; the scripts build them in Lua)."""
-    return [f"{base}:w:{sub_window}", f"{base}:q:{period}", f"{base}:l"]
+    tag = base[: base.index("}") + 1]
+    return [f"{base}:w", f"{base}:q:{period}", f"{tag}:leases", f"{tag}:lh"]

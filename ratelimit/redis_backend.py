@@ -3,25 +3,26 @@
 Key scheme (details in `ratelimit.keys`; `P` = `LimitsConfig.key_prefix`, scope percent-encoded):
 
     {P}:<level>:<scope>:<dimension>             rule base key, passed in KEYS
-    {P}:<level>:<scope>:<dimension>:w:<n>       minute rules: settled usage of sub-window n
+    {P}:<level>:<scope>:<dimension>:w           minute rules: HASH sub-window n -> settled usage
     {P}:<level>:<scope>:<dimension>:q:<period>  quota rules: usage of UTC day `d<days>` / month `mYYYYMM`
-    {P}:<level>:<scope>:<dimension>:l           ZSET "<request id>|<amount>" -> lease expiry (server ms),
-                                                plus the sentinel '#' scored minus the total leased amount
+    {P}:leases                                  ZSET request id -> lease expiry (server ms)
+    {P}:lh                                      HASH per request its rules' amounts, per rule the total
 
 The single hash tag `{P}` puts every key in one slot, so an admission spanning key, app, org, global and
 pool levels stays one atomic script even on Redis Cluster (decision: docs/design/004-rate-limiting.md).
 
-Flows (scripts in `ratelimit/lua/`, each prefixed with `lib_v2.lua`, loaded by SCRIPT LOAD at start and
+Flows (scripts in `ratelimit/lua/`, each prefixed with `lib_v3.lua`, loaded by SCRIPT LOAD at start and
 reloaded on NOSCRIPT, e.g. after a Redis restart; all time is the Redis server's `TIME`):
-- admit (`admit_v3.lua`): per rule, purge a bounded batch of expired leases, read the 12 sub-window
-  counters (one MGET) or the period counter, add live leases, and check used + cost <= effective limit.
-  All fit -> add a lease (request id, cost, now + lease) at every rule. Reply: decision, refusing rule,
+- admit (`admit_v4.lua`): purge a bounded batch of expired leases, read every rule's leased total (one
+  HMGET) and its 12 sub-window counters (one HMGET of its window hash) or period counter, and check
+  used + cost <= effective limit at each. All fit -> one lease record (request id, cost per rule,
+  now + lease) and the rules' totals grow. Reply: decision, refusing rule,
   Retry-After, per-rule remaining / reset, shadow refusals.
-- top_up (`top_up_v3.lua`): all leases must be live; rules whose dimension grows are checked; all
-  fit -> every lease grows and is renewed.
-- settle (`settle_v3.lua`): drop the leases; where a lease was still live, add the real usage to the
-  current sub-window / period counter (the concurrency slot is just the dropped lease).
-- renew (`renew_v2.lua`): one call for a whole batch of reservations, extends live leases only.
+- top_up (`top_up_v4.lua`): the lease must be live; rules whose dimension grows are checked; all
+  fit -> the lease record grows and is renewed.
+- settle (`settle_v4.lua`): drop the lease record; if it was still live, add the real usage to the
+  current sub-window / period counters (the concurrency slot is just the dropped lease).
+- renew (`renew_v3.lua`): one call for a whole batch of reservations, extends live leases only.
 
 Reservations are never written to the counters: a gateway killed mid-request leaves only leases, which
 stop counting when they expire (at most `lease_s` later).
@@ -46,7 +47,7 @@ from ratelimit.model import SUB_WINDOWS, Admission, Decision, Dimension, Priorit
 from ratelimit.resp import RespClient
 from ratelimit.windows import DEFAULT_SUB_WINDOW_MS, RuleOutcome, build_decision, kind_of
 
-SCRIPTS = ("admit_v3", "top_up_v3", "settle_v3", "renew_v2")
+SCRIPTS = ("admit_v4", "top_up_v4", "settle_v4", "renew_v3")
 # Reservations per renew call: keeps one script run short (other clients wait while it runs).
 RENEW_BATCH = 200
 SETTLE_BATCH = 200
@@ -57,7 +58,7 @@ T = TypeVar("T")
 
 def load_script(name: str) -> str:
     lua = resources.files("ratelimit").joinpath("lua")
-    return lua.joinpath("lib_v2.lua").read_text() + "\n" + lua.joinpath(f"{name}.lua").read_text()
+    return lua.joinpath("lib_v3.lua").read_text() + "\n" + lua.joinpath(f"{name}.lua").read_text()
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +70,7 @@ class _Compiled:
     dims: tuple[Dimension, ...]
     kinds: tuple[str, ...]
     heads: dict[str, tuple[str, ...]]  # priority -> "kind,limit," per rule
-    shadows: tuple[str, ...]  # ",shadow," per rule
+    shadows: tuple[str, ...]  # ",shadow;" per rule
 
     @classmethod
     def of(cls, prefix: str, rules: tuple[Rule, ...]) -> _Compiled:
@@ -83,30 +84,17 @@ class _Compiled:
                 p: tuple(f"{k},{r.effective_limit(p)}," for k, r in zip(kinds, rules, strict=True))
                 for p in ("standard", "premium")
             },
-            shadows=tuple(",1," if r.shadow else ",0," for r in rules),
+            shadows=tuple(",1;" if r.shadow else ",0;" for r in rules),
         )
 
-    def specs(
-        self,
-        amounts: Mapping[Dimension, int],
-        priority: Priority,
-        held: Mapping[Dimension, int] | None = None,
-    ) -> str:
-        """`kind,limit,amount,shadow,held;` per rule, one argument for the whole set."""
+    def specs(self, amounts: Mapping[Dimension, int], priority: Priority) -> str:
+        """`kind,limit,amount,shadow;` per rule, one argument for the whole set."""
         parts = zip(self.heads[priority], self.dims, self.shadows, strict=True)
-        if held is None:  # admission: nothing held yet
-            return "".join(h + str(amounts.get(d, 0)) + s + "0;" for h, d, s in parts)
-        return "".join(h + str(amounts.get(d, 0)) + s + str(held.get(d, 0)) + ";" for h, d, s in parts)
+        return "".join(h + str(amounts.get(d, 0)) + s for h, d, s in parts)
 
-    def usage(self, used: Mapping[Dimension, int], held: Mapping[Dimension, int]) -> str:
-        """`kind,used,held;` per rule (settlement; `held` names the lease member)."""
-        return "".join(
-            f"{k},{used.get(d, 0)},{held.get(d, 0)};" for k, d in zip(self.kinds, self.dims, strict=True)
-        )
-
-    def helds(self, held: Mapping[Dimension, int]) -> str:
-        """`held;` per rule (renewal)."""
-        return "".join(f"{held.get(d, 0)};" for d in self.dims)
+    def usage(self, used: Mapping[Dimension, int]) -> str:
+        """`kind,used;` per rule (settlement)."""
+        return "".join(f"{k},{used.get(d, 0)};" for k, d in zip(self.kinds, self.dims, strict=True))
 
 
 class ScriptClient(Protocol):
@@ -207,7 +195,7 @@ class RedisBackend:
         c = self._compiled(admission.rules)
         args = self._head(admission.request_id)
         args.append(c.specs(admission.cost, admission.priority))
-        reply = await self._run("admit_v3", c.keys, args)
+        reply = await self._run("admit_v4", c.keys, args)
         allowed, t_ms, refused, retry_ms = (int(x) for x in reply[:4])
         outcomes = [
             RuleOutcome(int(reply[j]), int(reply[j + 1]), bool(int(reply[j + 2])))
@@ -218,8 +206,8 @@ class RedisBackend:
     async def top_up(self, reservation: Reservation, extra: Mapping[Dimension, int]) -> bool:
         c = self._compiled(reservation.rules)
         args = self._head(reservation.request_id)
-        args.append(c.specs(extra, reservation.priority, reservation.reserved))
-        reply = await self._run("top_up_v3", c.keys, args)
+        args.append(c.specs(extra, reservation.priority))
+        reply = await self._run("top_up_v4", c.keys, args)
         if not int(reply[0]):
             return False
         for dim, more in extra.items():
@@ -237,19 +225,17 @@ class RedisBackend:
             for reservation, used in items[start : start + SETTLE_BATCH]:
                 c = self._compiled(reservation.rules)
                 keys += c.keys
-                args += [reservation.request_id, len(c.keys), c.usage(used, reservation.reserved)]
-            await self._run("settle_v3", keys, args)
+                args += [reservation.request_id, len(c.keys), c.usage(used)]
+            await self._run("settle_v4", keys, args)
 
     async def renew(self, reservations: Sequence[Reservation]) -> None:
-        for start in range(0, len(reservations), RENEW_BATCH):
-            keys: list[str] = []
-            args: list[str | int] = [self._lease_ms]
-            for reservation in reservations[start : start + RENEW_BATCH]:
-                c = self._compiled(reservation.rules)
-                keys += c.keys
-                args += [reservation.request_id, c.helds(reservation.reserved)]
-            if keys:
-                await self._run("renew_v2", keys, args)
+        # Lease records are per request under the shared hash tag: any rule key names it.
+        ids = [r.request_id for r in reservations if r.rules]
+        if not ids:
+            return
+        tag_key = self._compiled(next(r.rules for r in reservations if r.rules)).keys[0]
+        for start in range(0, len(ids), RENEW_BATCH):
+            await self._run("renew_v3", [tag_key], [self._lease_ms, *ids[start : start + RENEW_BATCH]])
 
     async def close(self) -> None:
         await self._redis.aclose()

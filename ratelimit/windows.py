@@ -1,7 +1,7 @@
 """Time math shared by the backends: rule kinds, UTC quota periods, and the per-rule check.
 
 All times are integer milliseconds of the deciding clock (the Redis server's `TIME` for the Redis
-backend, the injected clock for the memory backend). `ratelimit/lua/lib_v2.lua` implements the same
+backend, the injected clock for the memory backend). `ratelimit/lua/lib_v3.lua` implements the same
 functions in Lua; the contract tests run both backends through the same cases, keeping them in step.
 
 A rule's *used* amount at time t is

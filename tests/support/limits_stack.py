@@ -80,24 +80,20 @@ def base_key(level: str, scope: str, dim: str) -> str:
 
 
 def live_leases(r: redis.Redis) -> dict[str, int]:
-    """Lease members and non-zero reserved totals (the '#' sentinel's score) of every rule, all levels."""
+    """Lease records and non-zero leased totals of every rule, all levels (ratelimit/keys.py layout)."""
     out: dict[str, int] = {}
-    for k in r.scan_iter(match=f"{PREFIX}:*:l", count=1000):
-        members = r.zrange(k, 0, -1, withscores=True)
-        leases = [m for m, _ in members if m != b"#"]
-        total = -int(next((score for m, score in members if m == b"#"), 0))
-        if leases or total:
-            out[k.decode()] = len(leases) + abs(total)
+    for rid, _expiry in r.zrange(f"{PREFIX}:leases", 0, -1, withscores=True):
+        out[f"lease {rid.decode()}"] = 1
+    for name, value in r.hgetall(f"{PREFIX}:lh").items():
+        if name.startswith(b"@") or int(value):
+            out[f"lh {name.decode()}"] = 1 if name.startswith(b"@") else int(value)
     return out
 
 
 def sub_window_counters(r: redis.Redis, base: str) -> dict[int, int]:
     """Sub-window number -> settled usage, for the counters of `base` that still exist."""
-    keys = [k for k in r.scan_iter(match=f"{base}:w:*", count=1000)]
-    if not keys:
-        return {}
-    values = r.mget(keys)
-    return {int(k.rsplit(b":", 1)[1]): int(v) for k, v in zip(keys, values, strict=True) if v is not None}
+    fields = r.hgetall(f"{base}:w")
+    return {int(k): int(v) for k, v in fields.items()}
 
 
 @dataclass

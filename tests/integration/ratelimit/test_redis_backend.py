@@ -36,8 +36,8 @@ async def test_every_key_written_hashes_to_the_prefix_slot(
     await backend.settle(decision.reservation, usage_cost(5, 5))
     decision = await backend.admit(Admission("slot-2", rules, request_cost(5, 5)))  # leaves live leases
     keys = [k async for k in client.scan_iter(match="{slots}*")]
-    kinds = {k.rsplit(b":", 2)[-2] if b":w:" in k or b":q:" in k else k.rsplit(b":", 1)[-1] for k in keys}
-    assert kinds == {b"w", b"q", b"l"}
+    kinds = {k.rsplit(b":", 2)[-2] if b":q:" in k else k.rsplit(b":", 1)[-1] for k in keys}
+    assert kinds == {b"w", b"q", b"leases", b"lh"}
     assert {key_slot(k) for k in keys} == {key_slot(b"{slots}")}
     assert all([await client.pttl(k) > 0 for k in keys])  # everything expires by itself
     await backend.close()
@@ -46,7 +46,7 @@ async def test_every_key_written_hashes_to_the_prefix_slot(
 async def test_lua_calendar_matches_python(client: aioredis.Redis) -> None:
     from importlib import resources
 
-    lib = resources.files("ratelimit").joinpath("lua", "lib_v2.lua").read_text()
+    lib = resources.files("ratelimit").joinpath("lua", "lib_v3.lua").read_text()
     script = lib + "\nlocal id, e = period(ARGV[1], tonumber(ARGV[2]))\nreturn {id, e}"
     start = dt.datetime(1999, 12, 25, tzinfo=dt.UTC)
     for days in list(range(0, 800, 3)) + [36_500 + d for d in range(0, 400, 7)]:

@@ -1,20 +1,21 @@
 -- Admit one request at every rule, all or nothing, in one round trip.
--- KEYS[i]   rule base key (ratelimit/keys.py)
+-- KEYS[i]   rule base key (ratelimit/keys.py); the lease structures share their hash tag
 -- ARGV      request id, lease ms, sub-window ms, sub-windows, purge batch,
---           rule specs "kind,limit,cost,shadow,0;" per rule in KEYS order (kind m|d|M|c, shadow 0|1).
+--           rule specs "kind,limit,cost,shadow;" per rule in KEYS order (kind m|d|M|c, shadow 0|1).
 --           One packed argument instead of four per rule: the client's per-argument cost dominated.
 -- Reply     {allowed 0|1, server ms, refused rule index (1-based, 0 = none), retry ms,
 --            then per rule: remaining, reset ms, shadow refused 0|1}
 local id = ARGV[1]
 local lease_ms, sub_ms, n, batch = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local t = now_ms()
+if #KEYS == 0 then return {1, t, 0, 0} end
 local cur = math.floor(t / sub_ms)
 local kinds, limits, costs, shadows = parse_specs(ARGV[6])
-local checks = {}
+purge(KEYS[1], t, batch)
+local checks, totals = situations(KEYS, kinds, t, cur, n)
 local refused, refused_retry = 0, 0
 for i = 1, #KEYS do
-  local c = check(KEYS[i], kinds[i], t, cur, n, batch)
-  checks[i] = c
+  local c = checks[i]
   c.fits = c.used + costs[i] <= limits[i]
   if not c.fits and not shadows[i] then
     -- Name the refusing rule that binds longest (ties: the first): Retry-After must cover it.
@@ -23,10 +24,7 @@ for i = 1, #KEYS do
   end
 end
 local allowed = refused == 0
-if allowed then
-  local ttl = 2 * lease_ms + 1000
-  for i = 1, #KEYS do lease(KEYS[i], id .. '|' .. costs[i], costs[i], t + lease_ms, ttl) end
-end
+if allowed then put_lease(KEYS[1], id, KEYS, costs, t + lease_ms, lease_ms, totals) end
 local reply = {allowed and 1 or 0, t, refused, refused_retry}
 for i = 1, #KEYS do
   local remaining, reset = state(checks[i], limits[i], allowed and costs[i] or 0, t, cur, n, sub_ms)

@@ -1,0 +1,240 @@
+-- Shared prelude of the limiter scripts (prepended to each script before SCRIPT LOAD).
+-- Mirrors ratelimit/windows.py; key scheme in ratelimit/keys.py. Times are server milliseconds.
+
+local function now_ms()
+  -- The Redis server clock, never the gateway's: every replica sees the same windows.
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- Days since 1970-01-01 <-> UTC civil date (H. Hinnant's algorithms).
+local function civil(days)
+  local z = days + 719468
+  local era = math.floor(z / 146097)
+  local doe = z - era * 146097
+  local yoe = math.floor((doe - math.floor(doe / 1460) + math.floor(doe / 36524) - math.floor(doe / 146096)) / 365)
+  local doy = doe - (365 * yoe + math.floor(yoe / 4) - math.floor(yoe / 100))
+  local mp = math.floor((5 * doy + 2) / 153)
+  local m = mp < 10 and mp + 3 or mp - 9
+  local y = yoe + era * 400
+  if m <= 2 then y = y + 1 end
+  return y, m
+end
+
+local function days_from_civil(y, m)
+  if m <= 2 then y = y - 1 end
+  local era = math.floor(y / 400)
+  local yoe = y - era * 400
+  local doy = math.floor((153 * (m > 2 and m - 3 or m + 9) + 2) / 5)
+  local doe = yoe * 365 + math.floor(yoe / 4) - math.floor(yoe / 100) + doy
+  return era * 146097 + doe - 719468
+end
+
+local DAY_MS = 86400000
+
+-- (period id, period end ms) of quota kind 'd' (UTC day) or 'M' (UTC month) at time t.
+local function period(kind, t)
+  local days = math.floor(t / DAY_MS)
+  if kind == 'd' then return 'd' .. days, (days + 1) * DAY_MS end
+  local y, m = civil(days)
+  local ny, nm = y, m + 1
+  if nm == 13 then ny, nm = y + 1, 1 end
+  return string.format('m%04d%02d', y, m), days_from_civil(ny, nm) * DAY_MS
+end
+
+-- Leases (v4): one record per request, not one per rule. Two keys under the shared hash tag `{P}`
+-- (taken from the first rule key, so no extra argument and the same slot):
+--   {P}:leases   ZSET  request id -> lease expiry (server ms)
+--   {P}:lh       HASH  '@' .. request id -> "<rule base key> <amount>\n" per rule it holds, and
+--                      <rule base key>    -> total amount of the leases counted there (0: deleted)
+-- An admission then costs a fixed handful of calls however many rules it spans (per-rule lease sets
+-- cost three writes per rule and dominated the script's time). Expired leases keep counting until a
+-- purge subtracts them, which only errs on the safe side; every admission purges a bounded batch
+-- first. Both keys expire 2 x lease + 1 s after the last lease write: by then every lease in them has
+-- expired, so they vanish together with nothing live lost.
+
+local function lease_keys(base)
+  local tag = string.match(base, '^({[^}]*})')
+  return tag .. ':leases', tag .. ':lh'
+end
+
+local function touch(leases, lh, lease_ms)
+  local ttl = 2 * lease_ms + 1000
+  redis.call('PEXPIRE', leases, ttl)
+  redis.call('PEXPIRE', lh, ttl)
+end
+
+-- Parse a stored lease spec into parallel lists of rule base keys and amounts.
+local function parse_lease(spec)
+  local bases, amounts = {}, {}
+  for base, amount in string.gmatch(spec, '(%S+) (%d+)\n') do
+    bases[#bases + 1] = base
+    amounts[#amounts + 1] = tonumber(amount)
+  end
+  return bases, amounts
+end
+
+local function format_lease(bases, amounts)
+  local parts = {}
+  for i = 1, #bases do
+    if amounts[i] ~= 0 then parts[#parts + 1] = bases[i] .. ' ' .. amounts[i] .. '\n' end
+  end
+  return table.concat(parts)
+end
+
+-- New rule totals after adding `sign * amounts`: HSET / HDEL argument lists (totals reaching 0 are
+-- deleted, so the hash holds only rules with live leases). `known` maps base -> current total when the
+-- caller has just read them; otherwise they are read here.
+local function total_changes(lh, bases, amounts, sign, known)
+  local uniq, delta = {}, {}
+  for i = 1, #bases do
+    local b = bases[i]
+    if amounts[i] ~= 0 then
+      if delta[b] == nil then
+        uniq[#uniq + 1] = b
+        delta[b] = 0
+      end
+      delta[b] = delta[b] + amounts[i]
+    end
+  end
+  local set, del = {}, {}
+  if #uniq == 0 then return set, del end
+  local cur = {}
+  if known == nil then
+    local vals = redis.call('HMGET', lh, unpack(uniq))
+    for i = 1, #uniq do cur[i] = tonumber(vals[i]) or 0 end
+  else
+    for i = 1, #uniq do cur[i] = known[uniq[i]] or 0 end
+  end
+  for i = 1, #uniq do
+    local v = cur[i] + sign * delta[uniq[i]]
+    if v > 0 then
+      set[#set + 1] = uniq[i]
+      set[#set + 1] = v
+    else
+      del[#del + 1] = uniq[i]
+    end
+  end
+  return set, del
+end
+
+-- Drop one lease record; its amounts leave the rule totals. Returns its expiry (nil if it was gone).
+local function drop_lease(leases, lh, id)
+  local expiry = redis.call('ZSCORE', leases, id)
+  if not expiry then return nil end
+  redis.call('ZREM', leases, id)
+  local field = '@' .. id
+  local bases, amounts = parse_lease(redis.call('HGET', lh, field) or '')
+  local set, del = total_changes(lh, bases, amounts, -1, nil)
+  del[#del + 1] = field
+  if #set > 0 then redis.call('HSET', lh, unpack(set)) end
+  redis.call('HDEL', lh, unpack(del))
+  return tonumber(expiry)
+end
+
+-- Purge at most `batch` expired leases (bounded work per call).
+local function purge(base, t, batch)
+  local leases, lh = lease_keys(base)
+  local head = redis.call('ZRANGE', leases, 0, 0, 'WITHSCORES')
+  if #head == 0 or tonumber(head[2]) > t then return end
+  local expired = redis.call('ZRANGEBYSCORE', leases, '-inf', t, 'LIMIT', 0, batch)
+  for i = 1, #expired do drop_lease(leases, lh, expired[i]) end
+end
+
+-- Earliest expiry among the live leases that hold `base` (Retry-After for a rule full of leases).
+-- Scans the oldest leases only, so it is bounded; nil when none of them holds the rule.
+local function earliest_lease(base, t)
+  local leases, lh = lease_keys(base)
+  local head = redis.call('ZRANGEBYSCORE', leases, '(' .. t, '+inf', 'WITHSCORES', 'LIMIT', 0, 50)
+  local needle = '\n' .. base .. ' '
+  for i = 1, #head, 2 do
+    local spec = redis.call('HGET', lh, '@' .. head[i]) or ''
+    if string.find('\n' .. spec, needle, 1, true) then return tonumber(head[i + 1]) end
+  end
+  return nil
+end
+
+-- Write a new lease record (admission): `totals` are the rule totals just read by `situations`.
+local function put_lease(base, id, bases, amounts, expiry, lease_ms, totals)
+  local leases, lh = lease_keys(base)
+  redis.call('ZADD', leases, expiry, id)
+  local set, del = total_changes(lh, bases, amounts, 1, totals)
+  set[#set + 1] = '@' .. id
+  set[#set + 1] = format_lease(bases, amounts)
+  redis.call('HSET', lh, unpack(set))
+  touch(leases, lh, lease_ms)
+end
+
+-- The situation of every rule of a request: used (this request excluded) and what Retry-After and the
+-- headers need: the leased totals (one HMGET for all rules), then per minute rule its sub-window
+-- counters (one HMGET) and per quota rule its period counter.
+local function situations(bases, kinds, t, cur, n)
+  local _, lh = lease_keys(bases[1])
+  local vals0 = redis.call('HMGET', lh, unpack(bases))
+  -- Sub-window field names, built once for every minute rule (building strings is what costs in Lua).
+  local fields
+  local checks, totals = {}, {}
+  for i = 1, #bases do
+    local c = {kind = kinds[i], leased = tonumber(vals0[i]) or 0, sum = 0, quota = 0, pend = 0}
+    totals[bases[i]] = c.leased
+    if c.kind == 'm' then
+      if fields == nil then
+        fields = {}
+        for k = 1, n do fields[k] = tostring(cur - n + k) end
+      end
+      local vals = redis.call('HMGET', bases[i] .. ':w', unpack(fields))
+      c.counts = {}
+      for k = 1, n do
+        c.counts[k] = tonumber(vals[k]) or 0
+        c.sum = c.sum + c.counts[k]
+      end
+    elseif c.kind == 'd' or c.kind == 'M' then
+      local pid
+      pid, c.pend = period(c.kind, t)
+      c.quota = tonumber(redis.call('GET', bases[i] .. ':q:' .. pid)) or 0
+    end
+    c.used = c.leased + c.sum + c.quota
+    checks[i] = c
+  end
+  return checks, totals
+end
+
+local function retry_ms(c, base, limit, cost, t, cur, n, sub_ms)
+  if c.kind == 'c' then return 1000 end
+  if c.kind ~= 'm' then return math.max(1, c.pend - t) end
+  local need, freed = c.used + cost - limit, 0
+  for k = 1, n do
+    freed = freed + c.counts[k]
+    if freed >= need then return math.max(1, (cur + k) * sub_ms - t) end
+  end
+  local first = earliest_lease(base, t)
+  if first and cost <= limit then return math.max(1, first - t) end
+  return n * sub_ms
+end
+
+-- (remaining, reset ms) after the decision; `charged` is the cost if admitted, else 0.
+local function state(c, limit, charged, t, cur, n, sub_ms)
+  local total = c.used + charged
+  local remaining = math.max(0, limit - total)
+  if c.kind == 'd' or c.kind == 'M' then return remaining, c.pend - t end
+  if c.kind == 'c' or total == 0 then return remaining, 0 end
+  local newest = cur
+  if c.leased + charged == 0 then
+    for k = n, 1, -1 do
+      if c.counts[k] > 0 then newest = cur - n + k; break end
+    end
+  end
+  return remaining, (newest + n) * sub_ms - t
+end
+
+-- Rule specs packed by the client: "kind,limit,amount,shadow;" per rule, in KEYS order.
+local function parse_specs(spec)
+  local kinds, limits, amounts, shadows = {}, {}, {}, {}
+  for kind, limit, amount, shadow in string.gmatch(spec, '(%a),(%d+),(%d+),([01]);') do
+    kinds[#kinds + 1] = kind
+    limits[#limits + 1] = tonumber(limit)
+    amounts[#amounts + 1] = tonumber(amount)
+    shadows[#shadows + 1] = shadow == '1'
+  end
+  return kinds, limits, amounts, shadows
+end
