@@ -1,0 +1,76 @@
+"""Open-loop streaming load: Poisson arrivals at a fixed rate, TTFT and outcome per request.
+
+Open loop (arrivals do not wait for answers) so a slow strategy cannot hide behind a slower offered
+load: both strategies of a comparison see the same arrival times and the same request bodies.
+TTFT is measured at the client: request sent -> first SSE `data:` event received.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import orjson
+
+_JSON = {"content-type": "application/json"}
+
+
+@dataclass(frozen=True, slots=True)
+class Result:
+    sent_at: float  # seconds since the load started
+    ttft: float | None  # seconds; None when no event arrived
+    status: int
+    ok: bool  # 200 and the stream ended with [DONE] and no error event
+
+
+async def _one(session: aiohttp.ClientSession, url: str, body: dict[str, Any], at: float) -> Result:
+    t0 = time.perf_counter()
+    ttft: float | None = None
+    try:
+        async with session.post(url, data=orjson.dumps(body), headers=_JSON) as r:
+            if r.status != 200:
+                await r.read()
+                return Result(at, None, r.status, False)
+            buf = b""
+            async for chunk in r.content.iter_any():
+                if ttft is None and b"data:" in chunk:
+                    ttft = time.perf_counter() - t0
+                buf = (buf + chunk)[-256:]
+            return Result(at, ttft, 200, b"data: [DONE]" in buf and b'"error"' not in buf)
+    except (TimeoutError, aiohttp.ClientError):
+        return Result(at, ttft, 0, False)
+
+
+async def run_load(
+    url: str, make_body: Callable[[int], dict[str, Any]], rate: float, duration: float, seed: int = 1
+) -> list[Result]:
+    rng = random.Random(seed)
+    arrivals: list[float] = []
+    t = 0.0
+    while True:
+        t += rng.expovariate(rate)
+        if t >= duration:
+            break
+        arrivals.append(t)
+    timeout = aiohttp.ClientTimeout(total=300)
+    async with aiohttp.ClientSession(timeout=timeout, connector=aiohttp.TCPConnector(limit=0)) as session:
+        start = time.perf_counter()
+        tasks = []
+        for i, at in enumerate(arrivals):
+            delay = start + at - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.create_task(_one(session, url, make_body(i), at)))
+        return list(await asyncio.gather(*tasks))
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    s = sorted(values)
+    return s[min(len(s) - 1, max(0, round(q / 100 * len(s)) - 1))]
