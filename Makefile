@@ -6,13 +6,16 @@ STAMP  := $(VENV)/.installed
 PORT   ?= 8080
 FUZZ_EXAMPLES ?= 200
 
-.PHONY: install run test check lint typecheck unit integration e2e fuzz bench-overhead bench-pools clean
+.PHONY: install run test check lint typecheck unit integration e2e fuzz bench-overhead bench-pools router-encoder bench-router clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml eval/routing/export_encoder.py
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) on PATH"; exit 1; }
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@# torch first, pinned: the local CPU wheel (shared/tooling.md); unpinned, router-build would pull CUDA.
+	$(BIN)/python -m pip install --quiet torch==2.13.0
+	$(BIN)/python -m pip install --quiet -e '.[dev,router-build]'
+	HF_HUB_OFFLINE=1 $(BIN)/python -m eval.routing.export_encoder
 	@touch $@
 
 install: $(STAMP)
@@ -29,8 +32,8 @@ test: $(STAMP) check
 check: lint typecheck
 
 lint: $(STAMP)
-	$(BIN)/ruff check gateway eval ratelimit pools tests scripts
-	$(BIN)/ruff format --check gateway eval ratelimit pools tests scripts
+	$(BIN)/ruff check gateway eval ratelimit pools router tests scripts
+	$(BIN)/ruff format --check gateway eval ratelimit pools router tests scripts
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
@@ -58,6 +61,14 @@ bench-overhead: $(STAMP)
 ## prefix_affinity vs round_robin with 16 shared system prompts (a report, not a test; ~4 min)
 bench-pools: $(STAMP)
 	nice $(BIN)/python -m eval.bench_pools $(BENCH_ARGS)
+
+## router-encoder: (re)export the router's int8 ONNX MiniLM into router/assets/ from the pip-installed weights
+router-encoder: $(STAMP)
+	HF_HUB_OFFLINE=1 $(BIN)/python -m eval.routing.export_encoder
+
+## bench-router: difficulty decision latency and event-loop lag under concurrent load on one core (a report)
+bench-router: $(STAMP)
+	$(BIN)/python -m eval.routing.bench_serving $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache bench-results .run

@@ -1,0 +1,176 @@
+"""`llmgw router {train,eval,score}`: the difficulty router's stable command-line interface.
+
+    llmgw router train --data FILE... --out DIR [--exclude FILE...]
+    llmgw router eval  --model DIR --data FILE --strong M --weak M [--out DIR] [--prior-train FILE...]
+    llmgw router score [--model DIR] --in FILE --out FILE
+
+`score` reads only `id` and `prompt` from each line (a production request has no task label or
+outcome) and writes `{"id", "difficulty"}` per line, in input order; without `--model` it uses the
+artifact the gateway serves by default. Exit codes: 0 ok, 2 bad input or artifact.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from eval.routing.baselines import DEFAULT_STRONG, DEFAULT_WEAK
+
+
+def register(parser: argparse.ArgumentParser) -> None:
+    parser.description = "Train, evaluate and run the prompt difficulty router."
+    sub = parser.add_subparsers(dest="router_command", required=True)
+
+    t = sub.add_parser("train", help="train a difficulty artifact on routing files")
+    t.add_argument("--data", nargs="+", required=True, metavar="FILE", help="routing JSONL file(s)")
+    t.add_argument("--out", required=True, type=Path, help="artifact directory to write")
+    t.add_argument(
+        "--exclude", nargs="*", default=[], metavar="FILE", help="drop training prompts found here"
+    )
+    t.add_argument("--strong", default=DEFAULT_STRONG)
+    t.add_argument("--weak", default=DEFAULT_WEAK)
+    t.add_argument("--max-tokens", type=int, default=64, help="tail token budget of the encoder input")
+    t.add_argument("--k", nargs="+", type=int, default=[50, 100, 200, 400, 800], help="kNN sizes averaged")
+    t.add_argument("--rank", type=int, default=192, help="PCA rank of the kNN keys")
+    t.add_argument("--alpha", type=float, default=100.0, help="ridge regularization")
+    t.add_argument("--folds", type=int, default=5)
+    t.add_argument("--name", default="difficulty")
+    t.add_argument("--no-cache", action="store_true", help="do not read or write the embedding cache")
+    t.set_defaults(func=_train)
+
+    e = sub.add_parser("eval", help="APGR / CPT / quality at shares vs random, prior and oracle")
+    e.add_argument("--model", required=True, type=Path, help="artifact directory")
+    e.add_argument("--data", required=True, type=Path, help="routing JSONL file with outcomes")
+    e.add_argument("--strong", required=True)
+    e.add_argument("--weak", required=True)
+    e.add_argument(
+        "--prior-train",
+        nargs="*",
+        default=[],
+        help="fit the per-task prior here (default: the artifact's training files)",
+    )
+    e.add_argument("--out", type=Path, help="directory for router_eval.json and the PNG plots")
+    e.set_defaults(func=_eval)
+
+    s = sub.add_parser("score", help="write {id, difficulty} for every line of a routing-format file")
+    s.add_argument("--model", type=Path, help="artifact directory (default: the shipped artifact)")
+    s.add_argument("--in", dest="input", required=True, type=Path)
+    s.add_argument("--out", required=True, type=Path)
+    s.set_defaults(func=_score)
+
+
+def _error(exc: BaseException) -> int:
+    print(f"error: {exc}", file=sys.stderr)
+    return 2
+
+
+def _train(args: argparse.Namespace) -> int:
+    from eval.routing.data import RoutingDataError
+    from eval.routing.train import TrainConfig, train
+    from router.artifact_error import RouterArtifactError
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    cfg = TrainConfig(
+        strong=args.strong,
+        weak=args.weak,
+        max_tokens=args.max_tokens,
+        ks=tuple(args.k),
+        rank=args.rank,
+        alpha=args.alpha,
+        folds=args.folds,
+        name=args.name,
+    )
+    try:
+        path, info = train(
+            args.data,
+            args.out,
+            cfg,
+            exclude=args.exclude,
+            cache_dir=None if args.no_cache else Path(".cache/router-embeddings"),
+            progress=True,
+        )
+    except (RoutingDataError, RouterArtifactError, ValueError) as exc:
+        return _error(exc)
+    cv = info["cv"]
+    print(f"artifact written to {path}: {info['rows_used']} rows, dropped {info['dropped']}")
+    for kind in ("id", "task"):
+        if kind in cv and cv[kind]["apgr_mean"] is not None:
+            c = cv[kind]
+            print(f"  {kind}-CV APGR {c['apgr_mean']:.4f} +- {c['apgr_std']:.4f}  folds {c['folds']}")
+    return 0
+
+
+def _eval(args: argparse.Namespace) -> int:
+    from eval.routing.data import RoutingDataError
+    from eval.routing.router_eval import evaluate, format_text, write_outputs
+    from router.artifact_error import RouterArtifactError
+    from router.difficulty import DifficultyModel
+
+    try:
+        model = DifficultyModel.load(args.model)
+    except RouterArtifactError as exc:
+        return _error(exc)
+    try:
+        ev = evaluate(model, args.data, args.strong, args.weak, args.prior_train)
+        print(format_text(ev, model))
+        if args.out is not None:
+            for path in write_outputs(ev, model, args.data, args.out):
+                print(f"wrote {path}")
+    except (RoutingDataError, ValueError) as exc:
+        return _error(exc)
+    finally:
+        model.close()
+    return 0
+
+
+def _read_requests(path: Path) -> list[tuple[str, str]]:
+    out: list[tuple[str, str]] = []
+    with open(path, "rb") as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                obj: Any = orjson.loads(line)
+            except orjson.JSONDecodeError as exc:
+                raise ValueError(f"{path}:{lineno}: invalid JSON ({exc})") from exc
+            if (
+                not isinstance(obj, dict)
+                or not isinstance(obj.get("id"), str)
+                or not isinstance(obj.get("prompt"), str)
+            ):
+                raise ValueError(f"{path}:{lineno}: each line needs string fields 'id' and 'prompt'")
+            out.append((obj["id"], obj["prompt"]))
+    return out
+
+
+def _score(args: argparse.Namespace) -> int:
+    from router.artifact_error import RouterArtifactError
+    from router.difficulty import DifficultyModel, request_text
+
+    try:
+        requests = _read_requests(args.input)
+    except OSError as exc:
+        return _error(f"{args.input}: cannot read ({exc.strerror})")  # type: ignore[arg-type]
+    except ValueError as exc:
+        return _error(exc)
+    try:
+        model = DifficultyModel.load(args.model)
+    except RouterArtifactError as exc:
+        return _error(exc)
+    try:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        with open(args.out, "wb") as fh:
+            for start in range(0, len(requests), 64):
+                chunk = requests[start : start + 64]
+                texts = [request_text([{"role": "user", "content": prompt}]) for _, prompt in chunk]
+                for (rid, _), d in zip(chunk, model.score_many(texts), strict=True):
+                    fh.write(orjson.dumps({"id": rid, "difficulty": round(d, 6)}) + b"\n")
+    finally:
+        model.close()
+    print(f"scored {len(requests)} prompts with {model.identity} -> {args.out}", file=sys.stderr)
+    return 0

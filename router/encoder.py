@@ -1,0 +1,194 @@
+"""The router's sentence encoder at serve time: int8 ONNX MiniLM run by onnxruntime, no torch.
+
+The model directory (built by `make router-encoder`, see eval/routing/export_encoder.py) holds
+`model.onnx` (token ids + mask -> L2-normalized 384-d mean-pooled embedding), the tokenizer and
+`encoder.json` (identity: source package/version, recipe version, the exported file's hash and the
+embedding of PROBE_TEXT). It lives in `router/assets/` (gitignored: 22 MB of derived weights, rebuilt
+from the pip-installed package) unless `LLMGW_ROUTER_ENCODER_DIR` points elsewhere (e.g. a read-only
+path in a container image).
+
+Input: the TAIL of the text, `max_tokens` long including [CLS]/[SEP]. Requests that carry few-shot
+boilerplate (RouterBench prompts share their first 1,200-1,650 characters) differ only at the end, and
+encoder cost grows with length, so the budget is what keeps a decision inside its latency target. Before
+tokenizing, the text is cut to its last `max_tokens * CHARS_PER_TOKEN_BOUND` characters, which bounds
+tokenizer work on a 100k-token prompt while still leaving more than `max_tokens` tokens of ordinary text.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from router.artifact_error import RouterArtifactError
+
+ENCODER_MANIFEST = "encoder.json"
+ENCODER_DIR_ENV = "LLMGW_ROUTER_ENCODER_DIR"
+ENCODER_NAME = "minilm-l6-v2-int8"
+# A fixed text whose embedding pins the encoder: a head stores it, loading recomputes and compares it.
+PROBE_TEXT = (
+    "Which of the following best explains why the sky appears blue during the day? "
+    "A. Rayleigh scattering B. Reflection from the ocean C. Ozone absorption D. Mie scattering"
+)
+# Word pieces of English text average ~4-5 characters; 32 leaves a wide margin for long tokens.
+CHARS_PER_TOKEN_BOUND = 32
+# Same-recipe exports on another CPU may differ in the last float bits; a different model does not
+# come anywhere near this (another all-MiniLM export with per-tensor int8 already scores ~0.95).
+PROBE_MIN_COSINE = 0.99
+
+Embeddings = npt.NDArray[np.float32]
+
+
+def default_encoder_dir() -> Path:
+    env = os.environ.get(ENCODER_DIR_ENV)
+    return Path(env) if env else Path(__file__).resolve().parent / "assets" / ENCODER_NAME
+
+
+@dataclass(frozen=True, slots=True)
+class EncoderIdentity:
+    name: str
+    source_package: str
+    source_version: str
+    recipe_version: int
+    model_sha256: str
+    dim: int
+    probe_embedding: tuple[float, ...]
+
+    @classmethod
+    def from_json(cls, raw: Any, where: str) -> EncoderIdentity:
+        try:
+            probe = tuple(float(x) for x in raw["probe_embedding"])
+            identity = cls(
+                name=str(raw["name"]),
+                source_package=str(raw["source_package"]),
+                source_version=str(raw["source_version"]),
+                recipe_version=int(raw["recipe_version"]),
+                model_sha256=str(raw["model_sha256"]),
+                dim=int(raw["dim"]),
+                probe_embedding=probe,
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise RouterArtifactError(
+                f"{where}: encoder identity is incomplete or malformed ({exc!r})"
+            ) from exc
+        if len(probe) != identity.dim:
+            raise RouterArtifactError(
+                f"{where}: probe embedding has {len(probe)} values, expected {identity.dim}"
+            )
+        return identity
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "source_package": self.source_package,
+            "source_version": self.source_version,
+            "recipe_version": self.recipe_version,
+            "model_sha256": self.model_sha256,
+            "dim": self.dim,
+            "probe_embedding": list(self.probe_embedding),
+        }
+
+    def describe(self) -> str:
+        return f"{self.name} ({self.source_package}=={self.source_version}, recipe {self.recipe_version})"
+
+
+def probe_cosine(a: Sequence[float] | Embeddings, b: Sequence[float] | Embeddings) -> float:
+    x = np.asarray(a, dtype=np.float64)
+    y = np.asarray(b, dtype=np.float64)
+    denom = float(np.linalg.norm(x) * np.linalg.norm(y))
+    return float(x @ y) / denom if denom > 0 else 0.0
+
+
+class Encoder:
+    """Tokenize the tail of a text and embed it. Thread-safe: onnxruntime's `run` and the tokenizer are."""
+
+    def __init__(self, session: Any, tokenizer: Any, identity: EncoderIdentity, path: Path) -> None:
+        self._session = session
+        self._tokenizer = tokenizer
+        self.identity = identity
+        self.path = path
+        self._cls = int(tokenizer.token_to_id("[CLS]"))
+        self._sep = int(tokenizer.token_to_id("[SEP]"))
+        self._pad = int(tokenizer.token_to_id("[PAD]"))
+
+    @classmethod
+    def load(cls, path: str | Path | None = None, *, verify_probe: bool = True, threads: int = 1) -> Encoder:
+        """Open the exported encoder; `threads` is onnxruntime's intra-op count (1 = one core per call)."""
+        root = Path(path) if path is not None else default_encoder_dir()
+        hint = "build it with `make router-encoder` (or `make install`)"
+        for name in ("model.onnx", "tokenizer.json", ENCODER_MANIFEST):
+            if not (root / name).is_file():
+                raise RouterArtifactError(f"{root / name}: router encoder file missing; {hint}")
+        try:
+            raw = json.loads((root / ENCODER_MANIFEST).read_text())
+        except (OSError, ValueError) as exc:
+            raise RouterArtifactError(f"{root / ENCODER_MANIFEST}: unreadable ({exc}); {hint}") from exc
+        if verify_probe:
+            identity = EncoderIdentity.from_json(raw, str(root / ENCODER_MANIFEST))
+        else:  # the exporter computes the probe with this very class, before the probe exists
+            identity = EncoderIdentity.from_json(
+                {**raw, "probe_embedding": [0.0] * int(raw["dim"])}, str(root)
+            )
+
+        import onnxruntime as ort
+        from tokenizers import Tokenizer
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        options.log_severity_level = 3
+        try:
+            session = ort.InferenceSession(
+                str(root / "model.onnx"), options, providers=["CPUExecutionProvider"]
+            )
+            tokenizer = Tokenizer.from_file(str(root / "tokenizer.json"))
+        except Exception as exc:  # onnxruntime raises its own untyped errors on a corrupt file
+            raise RouterArtifactError(f"{root}: cannot load the router encoder ({exc}); {hint}") from exc
+        tokenizer.no_padding()
+        tokenizer.no_truncation()
+        encoder = cls(session, tokenizer, identity, root)
+        if verify_probe:
+            live = encoder.embed_one(PROBE_TEXT, max_tokens=64)
+            cos = probe_cosine(live, identity.probe_embedding)
+            if cos < PROBE_MIN_COSINE:
+                raise RouterArtifactError(
+                    f"{root}: encoder output does not match its own manifest (probe cosine {cos:.4f} < "
+                    f"{PROBE_MIN_COSINE}); the model file is corrupt or from another export; {hint}"
+                )
+        return encoder
+
+    def token_ids(self, text: str, max_tokens: int) -> list[int]:
+        """[CLS] + the last `max_tokens - 2` word pieces of `text` + [SEP]."""
+        if max_tokens < 3:
+            raise ValueError(f"max_tokens must be >= 3, got {max_tokens}")
+        body_len = max_tokens - 2
+        tail = text[-body_len * CHARS_PER_TOKEN_BOUND :]
+        ids: list[int] = self._tokenizer.encode(tail, add_special_tokens=False).ids
+        return [self._cls, *ids[-body_len:], self._sep]
+
+    def embed_ids(self, batch: Sequence[Sequence[int]]) -> Embeddings:
+        """Embed pre-tokenized sequences (padded to the longest; the mask keeps padding out of the mean)."""
+        if not batch:
+            return np.zeros((0, self.identity.dim), dtype=np.float32)
+        width = max(len(ids) for ids in batch)
+        input_ids = np.full((len(batch), width), self._pad, dtype=np.int64)
+        mask = np.zeros((len(batch), width), dtype=np.int64)
+        for i, ids in enumerate(batch):
+            input_ids[i, : len(ids)] = ids
+            mask[i, : len(ids)] = 1
+        out = self._session.run(None, {"input_ids": input_ids, "attention_mask": mask})[0]
+        result: Embeddings = np.asarray(out, dtype=np.float32)
+        return result
+
+    def embed(self, texts: Sequence[str], max_tokens: int) -> Embeddings:
+        return self.embed_ids([self.token_ids(t, max_tokens) for t in texts])
+
+    def embed_one(self, text: str, max_tokens: int) -> Embeddings:
+        row: Embeddings = self.embed([text], max_tokens)[0]
+        return row
