@@ -1,0 +1,187 @@
+"""Replica failures with real processes: retries before the first byte, breakers, the retry budget,
+and SIGTERM draining. Waits poll for a state with a generous deadline; nothing asserts on timing."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+
+from tests.support.fake_upstream import fake_upstream
+from tests.support.procs import free_port, running, sim_args, wait_http
+from tests.support.prom import metric
+
+# ~40 tokens at ~50 ms a step: a stream that is still running when the test acts on it.
+SLOW_SIM = ("--step-base-ms", "50")
+
+
+def _policy(path: Path, urls: list[str], extra: str = "") -> Path:
+    listed = ", ".join(f'"{u}"' for u in urls)
+    path.write_text(
+        "pools:\n"
+        "  - name: p\n"
+        "    model: p\n"
+        f"    endpoints: {{static: [{listed}]}}\n"
+        "    timeouts: {connect_s: 1, first_token_s: 10, total_s: 30}\n"
+        f"{extra}"
+        "models:\n"
+        "  - {name: p, route: {pool: p}, max_tokens: {default: 40, cap: 256}}\n"
+        "tenancy: {auth: disabled}\n"
+    )
+    return path
+
+
+def _body(stream: bool, tokens: int = 40) -> dict[str, object]:
+    return {
+        "model": "p",
+        "messages": [{"role": "user", "content": "tell me a story"}],
+        "max_tokens": tokens,
+        "ignore_eos": True,
+        "stream": stream,
+    }
+
+
+def _stream(base: str, started: Callable[[], None] | None = None) -> tuple[int, list[str]]:
+    with httpx.stream("POST", f"{base}/v1/chat/completions", json=_body(True), timeout=30) as r:
+        text = ""
+        for chunk in r.iter_text():
+            if started is not None and not text:
+                started()
+            text += chunk
+        return r.status_code, [e for e in text.split("\n\n") if e]
+
+
+def _until(cond: Callable[[], bool], what: str, deadline_s: float = 30.0) -> None:
+    end = time.monotonic() + deadline_s
+    while not cond():
+        if time.monotonic() > end:
+            raise AssertionError(f"never happened: {what}")
+        time.sleep(0.05)
+
+
+def _metrics(base: str) -> str:
+    return httpx.get(f"{base}/metrics", timeout=5).text
+
+
+def test_killed_replica_streams_end_with_error_others_retry_and_breaker_recovers(tmp_path: Path) -> None:
+    a, b, gw = free_port(), free_port(), free_port()
+    url_b = f"http://127.0.0.1:{b}"
+    cfg = _policy(
+        tmp_path / "p.yaml",
+        [f"http://127.0.0.1:{a}", url_b],
+        "    balancing: {strategy: round_robin}\n    breaker: {failures: 2, open_s: 1}\n",
+    )
+    base = f"http://127.0.0.1:{gw}"
+    with (
+        running(sim_args(a, "p", *SLOW_SIM), f"http://127.0.0.1:{a}/health"),
+        running(
+            ["serve", "--config", str(cfg), "--port", str(gw)], f"{base}/healthz", log=tmp_path / "gw.log"
+        ),
+    ):
+        with running(sim_args(b, "p", *SLOW_SIM), f"{url_b}/health") as replica_b:
+            with ThreadPoolExecutor(8) as pool:
+                started = threading.Semaphore(0)
+                # Round robin: three streams on each replica, all past their first byte before the kill.
+                streams = [pool.submit(_stream, base, started.release) for _ in range(6)]
+                for _ in streams:
+                    assert started.acquire(timeout=30)
+                replica_b.send_signal(signal.SIGKILL)
+                replica_b.wait()
+                # Requests sent now have not streamed anything: they must all succeed on replica a.
+                later = [
+                    httpx.post(f"{base}/v1/chat/completions", json=_body(False, 4), timeout=30)
+                    for _ in range(6)
+                ]
+                results = [s.result() for s in streams]
+        assert all(r.status_code == 200 for r in later), [r.text for r in later]
+        broken = [events for status, events in results if not events[-2].startswith('data: {"id"')]
+        assert all(status == 200 for status, _ in results)
+        assert len(broken) == 3  # the three streams on b: an error event, then [DONE]
+        for events in broken:
+            assert events[-1] == "data: [DONE]" and events[-2].startswith('data: {"error"')
+        text = _metrics(base)
+        assert metric(text, "llmgw_pool_retries_total", 'outcome="retried"') >= 1
+        assert metric(text, "llmgw_replica_breaker_opens_total", f'replica="{url_b}"') >= 1
+        assert metric(text, "llmgw_replica_breaker_state", f'replica="{url_b}"') in (1, 2)  # open/half-open
+
+        # The replica comes back on the same address: a half-open probe succeeds and closes the breaker.
+        with running(sim_args(b, "p"), f"{url_b}/health"):
+
+            def closed() -> bool:
+                r = httpx.post(f"{base}/v1/chat/completions", json=_body(False, 2), timeout=30)
+                assert r.status_code == 200, r.text
+                return metric(_metrics(base), "llmgw_replica_breaker_state", f'replica="{url_b}"') == 0
+
+            _until(closed, "replica b's breaker closes again")
+
+
+def test_retries_stay_within_the_budget(tmp_path: Path) -> None:
+    up, gw = free_port(), free_port()
+    cfg = _policy(
+        tmp_path / "p.yaml",
+        [f"http://127.0.0.1:{up}/s500", f"http://127.0.0.1:{up}/ok"],
+        "    balancing: {strategy: round_robin}\n"
+        "    breaker: {failures: 1000}\n"  # keep the failing replica in rotation
+        "    retries: {attempts: 2, budget_ratio: 0.1, budget_min_per_s: 0}\n",
+    )
+    base = f"http://127.0.0.1:{gw}"
+    with (
+        fake_upstream(up),
+        running(
+            ["serve", "--config", str(cfg), "--port", str(gw)], f"{base}/healthz", log=tmp_path / "gw.log"
+        ),
+    ):
+        statuses = [
+            httpx.post(f"{base}/v1/chat/completions", json=_body(False), timeout=10).status_code
+            for _ in range(60)
+        ]
+        text = _metrics(base)
+    retried = metric(text, "llmgw_pool_retries_total", 'outcome="retried"')
+    refused = metric(text, "llmgw_pool_retries_total", 'outcome="budget_exhausted"')
+    assert 1 <= retried <= 0.1 * len(statuses)
+    assert refused >= 1 and statuses.count(502) == refused  # a refused retry is the replica's 502
+    assert statuses.count(200) == len(statuses) - refused
+
+
+def test_sigterm_turns_readiness_off_and_drains_streams_before_exiting(tmp_path: Path) -> None:
+    sim, gw = free_port(), free_port()
+    cfg = _policy(tmp_path / "p.yaml", [f"http://127.0.0.1:{sim}"])
+    base = f"http://127.0.0.1:{gw}"
+    env = {**os.environ, "LLMGW_DRAIN_DELAY_S": "1.0", "LLMGW_DRAIN_SECONDS": "20"}
+    with running(sim_args(sim, "p", *SLOW_SIM), f"http://127.0.0.1:{sim}/health"):
+        with open(tmp_path / "gw.log", "wb") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "gateway", "serve", "--config", str(cfg), "--port", str(gw)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+            )
+            try:
+                wait_http(f"{base}/readyz", proc)
+                assert httpx.get(f"{base}/readyz").status_code == 200
+                with ThreadPoolExecutor(2) as pool:
+                    first = pool.submit(_stream, base, lambda: proc.send_signal(signal.SIGTERM))
+                    _until(lambda: httpx.get(f"{base}/readyz").status_code == 503, "readiness turns false")
+                    # Still serving during the drain delay: the load balancer may not know yet.
+                    second = httpx.post(f"{base}/v1/chat/completions", json=_body(False, 2), timeout=10)
+                    status, events = first.result()
+                # uvicorn re-raises the captured SIGTERM after its graceful shutdown (the conventional
+                # exit status of a process ended by SIGTERM).
+                assert proc.wait(timeout=30) in (0, -signal.SIGTERM)
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+    assert second.status_code == 200
+    assert "Application shutdown complete" in (tmp_path / "gw.log").read_text()
+    assert status == 200 and events[-1] == "data: [DONE]"
+    assert not any('"error"' in e for e in events)
+    assert sum('"content"' in e for e in events) >= 40
