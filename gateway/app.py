@@ -108,7 +108,8 @@ class GatewayApp:
         pools = {p.name: PoolClient.build(p) for p in self.policy.pools}
         session = new_session(self.settings.upstream_pool_size)
         control = httpx.AsyncClient(timeout=5.0)  # scraping and discovery (control plane)
-        for pool in pools.values():
+        for name, pool in pools.items():
+            pool.replicas.on_wait = parts.metrics.queue_wait.labels(name).observe
             pool.start(control)
         parts.metrics.registry.register(PoolsCollector({n: p.replicas for n, p in pools.items()}))
         await parts.start()

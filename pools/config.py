@@ -22,6 +22,11 @@ class DnsEndpoints(_Frozen):
     port: int = Field(8000, ge=1, le=65535)
     scheme: Literal["http", "https"] = "http"
     interval_s: float = Field(5.0, gt=0, description="re-resolve period")
+    nameserver: str | None = Field(
+        None,
+        pattern=r"^[0-9A-Fa-f.:\[\]]+$",
+        description="ask this DNS server (IP or [IP]:port) directly; default: the system resolver",
+    )
 
 
 class KubernetesEndpoints(_Frozen):

@@ -40,15 +40,48 @@ async def resolve_all(name: str, port: int) -> list[str]:
     return sorted({str(info[4][0]) for info in infos})
 
 
+def nameserver_resolver(nameserver: str) -> Resolve:
+    """A resolver that asks one DNS server for A and AAAA records (no /etc/hosts, no search list)."""
+    import dns.asyncresolver  # only pools configured with a nameserver need dnspython
+    import dns.exception
+    import dns.resolver
+
+    host, port = nameserver, 53
+    if nameserver.startswith("["):
+        host, _, rest = nameserver[1:].partition("]")
+        port = int(rest.removeprefix(":") or 53)
+    elif nameserver.count(":") == 1:
+        host, _, p = nameserver.partition(":")
+        port = int(p)
+    resolver = dns.asyncresolver.Resolver(configure=False)
+    resolver.nameservers = [host]
+    resolver.port = port
+    resolver.lifetime = 2.0
+
+    async def resolve(name: str, _port: int) -> list[str]:
+        found: set[str] = set()
+        for rdtype in ("A", "AAAA"):
+            try:
+                answer = await resolver.resolve(name, rdtype)
+            except (dns.resolver.NXDOMAIN, dns.resolver.NoAnswer):
+                continue
+            except dns.exception.DNSException as exc:
+                raise OSError(f"DNS query for {name} {rdtype} failed: {exc}") from exc
+            found.update(r.to_text() for r in answer)
+        return sorted(found)
+
+    return resolve
+
+
 def url_of(scheme: str, address: str, port: int) -> str:
     host = f"[{address}]" if ":" in address else address
     return f"{scheme}://{host}:{port}"
 
 
 class DnsDiscovery:
-    def __init__(self, cfg: DnsEndpoints, resolve: Resolve = resolve_all) -> None:
+    def __init__(self, cfg: DnsEndpoints, resolve: Resolve | None = None) -> None:
         self._cfg = cfg
-        self._resolve = resolve
+        self._resolve = resolve or (nameserver_resolver(cfg.nameserver) if cfg.nameserver else resolve_all)
 
     async def run(self, update: Update) -> None:
         cfg = self._cfg

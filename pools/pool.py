@@ -77,6 +77,8 @@ class ReplicaPool:
         self._turn = itertools.count()
         self._order = itertools.count()
         self._waiters: list[_Waiter] = []
+        # Called with the seconds a held request waited (placed or not): the gateway's histogram.
+        self.on_wait: Callable[[float], None] | None = None
 
     # --- membership ----------------------------------------------------------------------------
     def set_members(self, bases: Iterable[str]) -> None:
@@ -136,6 +138,7 @@ class ReplicaPool:
         waiter = _Waiter((-priority, next(self._order)), key, asyncio.get_running_loop().create_future())
         heapq.heappush(self._waiters, waiter)
         self.stats.held += 1
+        held_at = self._clock()
         self.dispatch()
         try:
             return await asyncio.wait_for(waiter.future, limit)
@@ -157,6 +160,8 @@ class ReplicaPool:
             if waiter in self._waiters:
                 self._waiters.remove(waiter)
                 heapq.heapify(self._waiters)
+            if self.on_wait is not None:
+                self.on_wait(self._clock() - held_at)
 
     def dispatch(self) -> None:
         """Hand eligible replicas to held requests, best priority first."""
