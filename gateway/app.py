@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import logging
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -51,6 +52,7 @@ from gateway.openapi import (
     error_responses,
 )
 from gateway.relay import Relay
+from gateway.routing import build_routed
 from gateway.runtime import build as build_components
 from gateway.settings import Settings
 from gateway.upstream import PoolClient, new_session
@@ -100,6 +102,9 @@ class GatewayApp:
         self.started_at = time.time()
         self.ids = RequestIds()
         self.parts = build_components(policy, settings)
+        # Routed aliases load their router models here, before serving: a missing or corrupt artifact
+        # stops start-up with the reason (ConfigError), unless the policy configures a fallback.
+        self.routed = build_routed(policy, logging.getLogger("llmgw.router"))
         self.api = self._build_api()
 
     @asynccontextmanager
@@ -122,6 +127,7 @@ class GatewayApp:
             parts.auth,
             parts.admissions,
             self.ids,
+            self.routed,
         )
         self.runtime = _Runtime(relay, parts.metrics)
         renewer = asyncio.create_task(parts.admissions.renew_forever())

@@ -111,13 +111,15 @@ class Exchange:
 class RequestHeaders:
     """The request headers the relay reads, found in one pass."""
 
-    __slots__ = ("request_id", "content_length", "authorization", "api_key")
+    __slots__ = ("request_id", "content_length", "authorization", "api_key", "latency_budget", "risk")
 
     def __init__(self, scope: Scope) -> None:
         self.request_id: bytes | None = None
         self.content_length: bytes | None = None
         self.authorization: bytes | None = None
         self.api_key: bytes | None = None
+        self.latency_budget: bytes | None = None  # routed aliases: x-llmgw-latency-budget-ms
+        self.risk: bytes | None = None  # routed aliases: x-llmgw-risk (comma-separated flags)
         for name, value in scope["headers"]:
             if name == b"authorization":
                 self.authorization = value
@@ -127,3 +129,7 @@ class RequestHeaders:
                 self.request_id = value
             elif name == b"api-key":
                 self.api_key = value
+            elif name == b"x-llmgw-latency-budget-ms":
+                self.latency_budget = value
+            elif name == b"x-llmgw-risk":
+                self.risk = value

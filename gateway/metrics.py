@@ -136,16 +136,42 @@ class Metrics:
             buckets=E2E_BUCKETS,
             registry=r,
         )
-        self.by_alias: dict[str, AliasMetrics] = {}
+        self.router_decisions = Counter(
+            "llmgw_router_decisions",
+            "Requests to routed aliases by the pool (tier) that answered and whether the cascade escalated",
+            ["model", "pool", "escalated"],
+            registry=r,
+        )
+        self.router_escalations = Counter(
+            "llmgw_router_escalations",
+            "Cascade escalations by routed alias and reason (low_confidence, disagreement, ...)",
+            ["model", "reason"],
+            registry=r,
+        )
+        self.router_seconds = Histogram(
+            "llmgw_router_decision_seconds",
+            "Routing decision time per request (difficulty scoring off the event loop + plan)",
+            ["model"],
+            buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.015, 0.025, 0.05, 0.1, 0.25, 1),
+            registry=r,
+        )
+        self.router_fallback = Gauge(
+            "llmgw_router_fallback",
+            "1 while a routed alias runs its fallback policy because its difficulty model is unavailable",
+            ["model"],
+            registry=r,
+        )
+        # Per (alias, pool): a routed alias has one child per tier pool.
+        self.by_alias: dict[tuple[str, str], AliasMetrics] = {}
         for m in policy.models:
-            pool = m.route.pool
-            self.by_alias[m.name] = AliasMetrics(
-                ttft=self._ttft.labels(m.name, pool),
-                tpot=self._tpot.labels(m.name, pool),
-                input_tokens=self._tokens.labels(m.name, pool, "input"),
-                output_tokens=self._tokens.labels(m.name, pool, "output"),
-                inflight=self._inflight.labels(m.name, pool),
-            )
+            for pool in m.route.pools:
+                self.by_alias[(m.name, pool)] = AliasMetrics(
+                    ttft=self._ttft.labels(m.name, pool),
+                    tpot=self._tpot.labels(m.name, pool),
+                    input_tokens=self._tokens.labels(m.name, pool, "input"),
+                    output_tokens=self._tokens.labels(m.name, pool, "output"),
+                    inflight=self._inflight.labels(m.name, pool),
+                )
 
 
 class FailoverCollector(Collector):

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from time import perf_counter
 from typing import Any, TypeVar
 
@@ -26,7 +25,8 @@ import orjson
 
 from gateway.admission import Admissions, Ticket
 from gateway.auth import Authenticator
-from gateway.config import Model, Policy
+from gateway.cascade_run import CascadeRunner, Decided
+from gateway.config import Policy
 from gateway.errors import (
     AuthenticationError,
     GatewayError,
@@ -48,8 +48,10 @@ from gateway.exchange import (
     Send,
     send_error,
 )
-from gateway.metrics import AliasMetrics, Metrics
+from gateway.metrics import Metrics
 from gateway.normalize import Kind, alias_of, estimate_input_tokens, parse_body, prepare
+from gateway.route import Route
+from gateway.routing import RoutedAlias
 from gateway.sse import DONE, SSESplitter
 from gateway.upstream import PATHS, RETRY_STATUSES, PoolClient, classify, no_capacity
 from pools.pool import NoCapacity
@@ -70,13 +72,6 @@ _PRIORITY = {"premium": 1, "standard": 0}
 _T = TypeVar("_T")
 
 
-@dataclass(frozen=True, slots=True)
-class Route:
-    model: Model
-    pool: PoolClient
-    metrics: AliasMetrics
-
-
 class Relay:
     def __init__(
         self,
@@ -88,11 +83,25 @@ class Relay:
         auth: Authenticator,
         admissions: Admissions,
         ids: RequestIds,
+        routed: dict[str, RoutedAlias] | None = None,
     ) -> None:
         self._routes = {
-            m.name: Route(model=m, pool=pools[m.route.pool], metrics=metrics.by_alias[m.name])
+            m.name: Route(model=m, pool=pools[m.route.pool], metrics=metrics.by_alias[(m.name, m.route.pool)])
             for m in policy.models
+            if m.route.pool is not None
         }
+        # Routed aliases: one Route per tier (the alias's settings on that tier's pool).
+        self._routed = {
+            name: (
+                ra,
+                tuple(Route(model=m, pool=pools[p], metrics=metrics.by_alias[(name, p)]) for p in ra.pools),
+            )
+            for name, ra in (routed or {}).items()
+            for m in policy.models
+            if m.name == name
+        }
+        for name, ra in (routed or {}).items():
+            metrics.router_fallback.labels(name).set(1 if ra.fallback else 0)
         self._session = session
         self._metrics = metrics
         self._max_body = max_body_bytes
@@ -100,6 +109,56 @@ class Relay:
         self._admissions = admissions
         self._bytes_per_token = policy.limits.input_bytes_per_token
         self._ids = ids
+        self._cascades = CascadeRunner(metrics, self._call_unary)
+
+    async def _decide(self, kind: Kind, alias: str, body: dict[str, Any], h: RequestHeaders) -> Decided:
+        """A routed alias's plan for this request (difficulty off the event loop, then a pure plan)."""
+        entry = self._routed.get(alias)
+        if entry is None:
+            raise ModelNotFoundError(
+                f"the model '{alias}' does not exist or you do not have access to it", param="model"
+            )
+        routed, routes = entry
+        if kind is not Kind.CHAT:
+            raise InvalidRequestError(
+                f"the routed model '{alias}' serves chat completions only", param="model"
+            )
+        budget: float | None = None
+        if h.latency_budget is not None:
+            try:
+                budget = float(h.latency_budget)
+            except ValueError:
+                budget = -1.0
+            if not budget > 0:
+                raise InvalidRequestError(
+                    "x-llmgw-latency-budget-ms must be a positive number of milliseconds"
+                )
+        risk = [f for f in h.risk.decode("latin-1").split(",") if f.strip()] if h.risk else []
+        t = perf_counter()
+        plan, difficulty, prompt = await routed.plan(
+            body.get("messages"), budget, [f.strip() for f in risk], bool(body.get("stream"))
+        )
+        self._metrics.router_seconds.labels(alias).observe(perf_counter() - t)
+        headers: list[tuple[bytes, bytes]] = []
+        if difficulty is not None:
+            headers.append((b"x-llmgw-difficulty", f"{difficulty:.4f}".encode()))
+        if routed.fallback is not None:
+            headers.append((b"x-llmgw-route", b"fallback"))
+        if not plan.cascade:
+            tier = routes[plan.first_tier]
+            headers.append((b"x-llmgw-tier", tier.pool.config.name.encode()))
+            self._metrics.router_decisions.labels(alias, tier.pool.config.name, "false").inc()
+        return Decided(routed, routes, plan, difficulty, prompt, headers)
+
+    async def _call_unary(
+        self, route: Route, payload: bytes, headers: dict[str, str], key: int | None, priority: int
+    ) -> bytes:
+        """One unary chat call on a route's pool, with its retries (a cascade step's call)."""
+        replica, data = await self._with_retries(
+            route, key, priority, lambda r: self._unary_attempt(route, Kind.CHAT, payload, headers, r)
+        )
+        route.pool.replicas.release(replica, "ok")
+        return data
 
     async def _read_body(self, content_length: bytes | None, receive: Receive) -> bytes:
         if content_length is not None:
@@ -145,10 +204,10 @@ class Relay:
                 self._metrics.auth_failures.labels(str(err.code)).inc()
                 raise
             route = self._routes.get(alias)
+            decided: Decided | None = None
             if route is None:
-                raise ModelNotFoundError(
-                    f"the model '{alias}' does not exist or you do not have access to it", param="model"
-                )
+                decided = await self._decide(kind, alias, body, h)
+                route = decided.routes[decided.plan.first_tier]
             if kind.value not in route.pool.config.serves:
                 raise InvalidRequestError(
                     f"the model '{alias}' does not support the {kind.value} endpoint", param="model"
@@ -157,8 +216,9 @@ class Relay:
             prep = prepare(kind, body, route.model, route.pool.config.model)
             stream = prep.stream
             n = body.get("n") or 1
-            granted = (prep.max_tokens or 0) * n
-            topup = stream and client_max is None
+            calls = decided.calls if decided is not None and decided.plan.cascade else 1
+            granted = (prep.max_tokens or 0) * n * calls
+            topup = stream and client_max is None and calls == 1
             if topup:
                 # Meter the stream as it runs (vLLM: cumulative usage on every chunk).
                 body["stream_options"]["continuous_usage_stats"] = True
@@ -167,17 +227,25 @@ class Relay:
                 self._ids.new().decode(),
                 principal.tenant,
                 route.pool.config.name,
-                estimate_input_tokens(kind, body, self._bytes_per_token),
+                # A cascade may make several calls: reserve for all of them, settle what was used.
+                estimate_input_tokens(kind, body, self._bytes_per_token) * calls,
                 granted,
                 topup,
             )
+            if decided is not None:
+                ticket.headers.extend(decided.headers)
             payload = orjson.dumps(prep.body)
             key = route.pool.key(prep.body)
             priority = _PRIORITY.get(principal.tenant.priority, 0)
             req.watch(receive)
-            route.metrics.inflight.inc()
+            inflight = route.metrics.inflight
+            inflight.inc()
             try:
-                if stream:
+                if decided is not None and decided.plan.cascade:
+                    status, route = await self._cascades.run(
+                        decided, prep.body, prep.client_usage, rid, send, req, ticket, priority
+                    )
+                elif stream:
                     status = await self._stream(
                         route, kind, payload, rid, prep.client_usage, send, req, t0, ticket, n, key, priority
                     )
@@ -186,7 +254,7 @@ class Relay:
                         route, kind, payload, rid, send, req, t0, ticket, key, priority
                     )
             finally:
-                route.metrics.inflight.dec()
+                inflight.dec()
         except GatewayError as err:
             status = err.status
             req.done()

@@ -21,6 +21,7 @@ import uvicorn
 
 from gateway.app import GatewayApp
 from gateway.config import ConfigError, Policy, default_policy, load_policy
+from gateway.routing import build_routed
 from gateway.runtime import check_deployment
 from gateway.settings import Settings
 
@@ -65,9 +66,14 @@ def serve(config: str | None, host: str | None, port: int | None, workers: int |
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    app: GatewayApp | None = None
     try:
         policy = load(settings)
         check_deployment(policy, settings)
+        if settings.workers > 1:
+            build_routed(policy, logging.getLogger("llmgw.router"))  # each worker loads them again
+        else:
+            app = GatewayApp(policy, settings)
     except ConfigError as exc:
         print(f"llmgw: cannot start:\n{exc}", file=sys.stderr)
         return 2
@@ -92,7 +98,7 @@ def serve(config: str | None, host: str | None, port: int | None, workers: int |
         )
         uvicorn.run("gateway.server:create_app", factory=True, workers=settings.workers, **common)  # type: ignore[arg-type]
     else:
-        app = GatewayApp(policy, settings)
+        assert app is not None
         uv_config = uvicorn.Config(app, **common)  # type: ignore[arg-type]
         DrainingServer(uv_config, app.begin_drain, settings.drain_delay_s).run()
     return 0

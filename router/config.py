@@ -47,7 +47,17 @@ class Tier(_Frozen):
 
 
 class Difficulty(_Frozen):
-    """Overrides of the router artifact's calibration: N-1 cut points over N tiers, or a strong share."""
+    """The difficulty model of a routed alias and overrides of its calibration: N-1 cut points over N
+    tiers, or a strong share (neither: the artifact's calibration, tiers sharing traffic equally)."""
+
+    model: str | None = Field(
+        None, description="router model artifact directory; default: the one the package ships"
+    )
+    on_unavailable: Literal["refuse", "fallback"] = Field(
+        "refuse",
+        description="the model cannot be loaded: refuse to start, or start every request at "
+        "`fallback_tier` (logged at start-up and exported as llmgw_router_fallback)",
+    )
 
     thresholds: tuple[float, ...] | None = Field(
         None, description="ascending cut points in [0,1]; difficulty >= thresholds[i] starts above tier i"

@@ -39,6 +39,12 @@ def register(parser: argparse.ArgumentParser) -> None:
         "--select-tiers", action="store_true", help="pick the cheap tiers per fold from all pools"
     )
     ev.add_argument("--no-fit", action="store_true", help="use the YAML's thresholds as they are")
+    ev.add_argument(
+        "--as-configured",
+        action="store_true",
+        help="replay exactly what the gateway runs (YAML thresholds, shipped scorer artifact; no folds, "
+        "no fitting): decisions equal the gateway's; figures are not held-out estimates",
+    )
     ev.add_argument("--difficulty", help='JSONL of {"id","difficulty"} (llmgw router score output)')
     ev.set_defaults(func=run_eval)
     tr = sub.add_parser("train-scorer", help="train the answer scorer on (prompt, response) pairs")
@@ -66,7 +72,7 @@ def _load_difficulty(path: str) -> dict[str, float]:
 
 
 def run_eval(args: argparse.Namespace) -> int:
-    from eval.routing.cascade_eval import check_replayable, cross_validate, summarize
+    from eval.routing.cascade_eval import as_configured, check_replayable, cross_validate, summarize
     from eval.routing.data import RoutingDataError, load_rows, rows_with_models
     from gateway.config import ConfigError, load_policy
 
@@ -98,16 +104,19 @@ def run_eval(args: argparse.Namespace) -> int:
             return _fail("no row has outcomes for every tier model")
         check_replayable(routing, list(used.values()), rows)
         difficulty = _load_difficulty(args.difficulty) if args.difficulty else None
-        result = cross_validate(
-            rows,
-            routing,
-            used,
-            k=args.folds,
-            target_cost_share=args.target_cost,
-            fit_threshold=not args.no_fit,
-            select_tiers=args.select_tiers,
-            difficulty=difficulty,
-        )
+        if args.as_configured:
+            result = as_configured(rows, routing, used, difficulty)
+        else:
+            result = cross_validate(
+                rows,
+                routing,
+                used,
+                k=args.folds,
+                target_cost_share=args.target_cost,
+                fit_threshold=not args.no_fit,
+                select_tiers=args.select_tiers,
+                difficulty=difficulty,
+            )
     except (RoutingDataError, CascadeEvalError, OSError, ValueError) as exc:
         return _fail(str(exc))
     strong = pool_models[routing.tiers[-1].pool]

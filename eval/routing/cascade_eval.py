@@ -306,6 +306,30 @@ def cross_validate(
     return CvResult(decisions=decisions, fits=fits)
 
 
+def as_configured(
+    rows: Sequence[Row],
+    routing: RoutingPolicy,
+    pool_models: Mapping[str, str],
+    difficulty: Mapping[str, float] | None = None,
+) -> CvResult:
+    """Replay every row with the policy exactly as the gateway runs it: the YAML's thresholds and the
+    configured (shipped) answer-scorer artifact, no folds and no fitting. Its decisions are the ones the
+    gateway makes for the same requests (the e2e test compares them); its quality is NOT a held-out
+    estimate when the artifact was trained on these rows."""
+    idx = _trained_index(routing)
+    trained = None
+    if idx is not None and routing.cascade is not None:
+        cfg = routing.cascade.scorers[idx]
+        assert isinstance(cfg, TrainedScorer)
+        trained = TrainedAnswerScorer.load(cfg.artifact)
+    models = [pool_models[t.pool] for t in routing.tiers]
+    cascade = memoized(Cascade.from_config(routing.cascade, trained))
+    return CvResult(
+        decisions=replay(rows, routing, models, cascade, difficulty, _fold_cuts(routing, difficulty, rows)),
+        fits=[],
+    )
+
+
 def _with_fold(d: RowDecision, fold: int) -> RowDecision:
     return RowDecision(
         d.id, d.task, d.tier, d.pool, d.escalated, d.score, d.reasons, d.called, d.quality, d.cost_usd, fold

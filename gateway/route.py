@@ -1,0 +1,16 @@
+"""Where a request goes: an alias's settings on one pool (the relay's unit of routing)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gateway.config import Model
+from gateway.metrics import AliasMetrics
+from gateway.upstream import PoolClient
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    model: Model
+    pool: PoolClient
+    metrics: AliasMetrics

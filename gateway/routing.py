@@ -1,0 +1,211 @@
+"""Routed aliases: a model whose route is a routing policy (`model: auto`), on the gateway's side.
+
+Per request: the text that distinguishes it (the last user turn) -> difficulty from the router model
+(off the event loop) -> `router.policy.plan_route` (pure) -> either route only (the first tier's pool
+serves the request like any alias, streams included) or the cascade: `router.cascade.Cascade` (pure)
+judges each step's answers and the gateway makes the calls. The offline replay (`llmgw cascade eval`)
+drives the same two functions with recorded answers, so the tiers chosen here and there agree.
+
+What the client sees from a cascade: the accepted answer's body, `usage` summed over every call made
+(tokens are what the tenant's budgets are charged), and headers naming the tier that answered
+(`x-llmgw-tier`), the escalations (`x-llmgw-escalations`, reasons in `llmgw_router_escalations`) and
+the difficulty. A streamed request under `stream_mode: buffer` gets the accepted answer as SSE once it
+is accepted.
+
+Start-up (`build_routed`): a policy with a `difficulty` section needs the router model. When the
+artifact is missing or corrupt the gateway refuses to start with the reason, unless the policy says
+`on_unavailable: fallback`; then every request starts at `fallback_tier`, a warning is logged and
+`llmgw_router_fallback{model}` is 1, so it is never silent.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from gateway.config import ConfigError, Policy
+from router.artifact_error import RouterArtifactError
+from router.cascade import Cascade
+from router.config import LogprobScorer, RoutingPolicy, TrainedScorer
+from router.difficulty import DifficultyModel, request_text
+from router.plan import Answer, Call, Plan, total_tokens
+from router.policy import plan_route, resolve_thresholds
+from router.scorers import ScorerArtifactError, TrainedAnswerScorer
+
+LATENCY_BUDGET_HEADER = "x-llmgw-latency-budget-ms"
+RISK_HEADER = "x-llmgw-risk"  # comma-separated risk flags, matched against `risk_floor`
+
+
+@dataclass(frozen=True, slots=True)
+class RoutedAlias:
+    name: str
+    policy: RoutingPolicy  # tiers carry prices (from the pools unless overridden)
+    pools: tuple[str, ...]  # tier index -> pool name
+    thresholds: tuple[float, ...] | None
+    cascade: Cascade
+    difficulty: DifficultyModel | None
+    fallback: str | None  # why requests start at the fallback tier without a model; None: they do not
+    logprobs: bool  # a scorer needs token log-probabilities: ask the pools for them
+
+    async def plan(
+        self, messages: Any, latency_budget_ms: float | None, risk: Sequence[str], streaming: bool
+    ) -> tuple[Plan, float | None, str]:
+        """(plan, difficulty or None, the text the cascade's scorers see)."""
+        text = request_text(messages if isinstance(messages, list) else [])
+        difficulty = await self.difficulty.score(text) if self.difficulty is not None else None
+        plan = plan_route(
+            self.policy,
+            difficulty,
+            thresholds=self.thresholds,
+            latency_budget_ms=latency_budget_ms,
+            risk_flags=risk,
+            streaming=streaming,
+        )
+        return plan, difficulty, text
+
+
+def _equal_share_cuts(model: DifficultyModel, tiers: int) -> tuple[float, ...]:
+    """Default calibration: N tiers share the traffic equally (cut points at quantiles k/N)."""
+    return tuple(_quantile(model, k / tiers) for k in range(1, tiers))
+
+
+def _quantile(model: DifficultyModel, q: float) -> float:
+    """Difficulty below which a share q of the calibration traffic falls, interpolated from the
+    artifact's (strong share -> threshold) table: strong share s means quantile 1 - s."""
+    points = sorted((1.0 - share, cut) for share, cut in model.thresholds.items())
+    if not points:
+        raise RouterArtifactError("the router artifact has no calibration")
+    if q <= points[0][0]:
+        return points[0][1]
+    for (q0, c0), (q1, c1) in zip(points, points[1:], strict=False):
+        if q <= q1:
+            return c0 + (c1 - c0) * (q - q0) / (q1 - q0) if q1 > q0 else c1
+    return points[-1][1]
+
+
+def build_routed(policy: Policy, log: logging.Logger) -> dict[str, RoutedAlias]:
+    """Every routed alias of the policy, with its models loaded (raises ConfigError naming the key)."""
+    prices = {p.name: p.price for p in policy.pools}
+    models: dict[str | None, DifficultyModel] = {}
+    trained: dict[str | None, TrainedAnswerScorer] = {}
+    out: dict[str, RoutedAlias] = {}
+    for i, m in enumerate(policy.models):
+        rp = m.route.policy
+        if rp is None:
+            continue
+        where = f"models[{i}] ('{m.name}').route.policy"
+        rp = rp.with_prices(prices)
+        scorer: TrainedAnswerScorer | None = None
+        if rp.cascade is not None:
+            for s in rp.cascade.scorers:
+                if isinstance(s, TrainedScorer):
+                    try:
+                        scorer = trained.get(s.artifact) or TrainedAnswerScorer.load(s.artifact)
+                    except (OSError, ScorerArtifactError) as exc:
+                        msg = f"{where}.cascade: the answer scorer cannot be loaded: {exc}"
+                        raise ConfigError(msg) from exc
+                    trained[s.artifact] = scorer
+        model: DifficultyModel | None = None
+        fallback: str | None = None
+        thresholds: tuple[float, ...] | None = None
+        if rp.difficulty is not None:
+            try:
+                model = models.get(rp.difficulty.model) or DifficultyModel.load(rp.difficulty.model)
+                models[rp.difficulty.model] = model
+                thresholds = resolve_thresholds(
+                    rp, _equal_share_cuts(model, len(rp.tiers)), functools.partial(_quantile, model)
+                )
+            except (OSError, RouterArtifactError) as exc:
+                if rp.difficulty.on_unavailable != "fallback":
+                    raise ConfigError(
+                        f"{where}.difficulty: the router model cannot be loaded: {exc} "
+                        "(rebuild the encoder with `make router-encoder`, point `difficulty.model` at a "
+                        "valid artifact, or set `difficulty.on_unavailable: fallback`)"
+                    ) from exc
+                start = rp.fallback_tier or 0
+                fallback = (
+                    f"router model unavailable ({exc}); every request starts at tier {start} "
+                    f"('{rp.tiers[start].pool}')"
+                )
+                log.warning("routed alias '%s': %s", m.name, fallback)
+                model = None
+            except ValueError as exc:
+                raise ConfigError(f"{where}.difficulty: {exc}") from exc
+        elif rp.difficulty is None:
+            thresholds = resolve_thresholds(rp, None)
+        out[m.name] = RoutedAlias(
+            name=m.name,
+            policy=rp,
+            pools=tuple(t.pool for t in rp.tiers),
+            thresholds=thresholds,
+            cascade=Cascade.from_config(rp.cascade, scorer),
+            difficulty=model,
+            fallback=fallback,
+            logprobs=rp.cascade is not None and any(isinstance(s, LogprobScorer) for s in rp.cascade.scorers),
+        )
+    return out
+
+
+def call_body(body: Mapping[str, Any], pool_model: str, logprobs: bool) -> bytes:
+    """One cascade call: the client's normalized request, unary, on the tier's served model."""
+    out = {k: v for k, v in body.items() if k not in ("stream", "stream_options")}
+    out["model"] = pool_model
+    if logprobs:
+        out["logprobs"] = True
+    return orjson.dumps(out)
+
+
+def answer_of(call: Call, parsed: Mapping[str, Any], price_cost: Any) -> Answer:
+    """A pool's chat completion as the cascade's Answer (text, token logprobs, usage, cost)."""
+    choices = parsed.get("choices") or [{}]
+    first = choices[0] if isinstance(choices[0], dict) else {}
+    message = first.get("message") or {}
+    text = message.get("content") if isinstance(message, dict) else None
+    lp = first.get("logprobs")
+    logprobs: tuple[float, ...] | None = None
+    if isinstance(lp, dict) and isinstance(lp.get("content"), list):
+        logprobs = tuple(float(t["logprob"]) for t in lp["content"] if isinstance(t, dict) and "logprob" in t)
+    usage = parsed.get("usage") or {}
+    inp = int(usage.get("prompt_tokens") or 0)
+    out = int(usage.get("completion_tokens") or 0)
+    cost = price_cost(inp, out) if price_cost is not None else None
+    return Answer(call, text if isinstance(text, str) else "", logprobs, None, inp, out, cost)
+
+
+def summed_usage(answers: Sequence[Answer]) -> dict[str, int]:
+    inp, out = total_tokens(answers)
+    return {"prompt_tokens": inp, "completion_tokens": out, "total_tokens": inp + out}
+
+
+def sse_of(parsed: Mapping[str, Any], usage: Mapping[str, int] | None) -> bytes:
+    """An accepted unary chat completion replayed as an OpenAI chat.completion.chunk stream."""
+    base = {
+        "id": parsed.get("id", "chatcmpl-llmgw"),
+        "object": "chat.completion.chunk",
+        "created": parsed.get("created", int(time.time())),
+        "model": parsed.get("model", ""),
+    }
+    events: list[bytes] = []
+    finishes = []
+    for choice in parsed.get("choices") or []:
+        if not isinstance(choice, dict):
+            continue
+        idx = choice.get("index", 0)
+        message = choice.get("message") or {}
+        delta: dict[str, Any] = {"role": "assistant", "content": message.get("content") or ""}
+        if message.get("tool_calls"):
+            delta["tool_calls"] = [{"index": j, **tc} for j, tc in enumerate(message["tool_calls"])]
+        first = {"index": idx, "delta": delta, "finish_reason": None}
+        events.append(orjson.dumps({**base, "choices": [first]}))
+        finishes.append({"index": idx, "delta": {}, "finish_reason": choice.get("finish_reason") or "stop"})
+    if finishes:
+        events.append(orjson.dumps({**base, "choices": finishes}))
+    if usage is not None:
+        events.append(orjson.dumps({**base, "choices": [], "usage": dict(usage)}))
+    return b"".join(b"data: " + e + b"\n\n" for e in events) + b"data: [DONE]\n\n"
