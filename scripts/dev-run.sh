@@ -43,6 +43,7 @@ from openai import OpenAI
 r = OpenAI().chat.completions.create(model="large", messages=[{"role": "user", "content": "Hi"}])
 print(r.choices[0].message.content)'
 
+  "model": "auto" lets the router pick small or large by difficulty (response header x-llmgw-tier).
   A request without a valid key gets 401. Metrics: curl -s http://127.0.0.1:$PORT/metrics | grep llmgw_
   Ctrl-C stops everything.
 

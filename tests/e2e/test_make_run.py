@@ -57,7 +57,17 @@ def test_make_run_serves_both_pools_with_a_demo_key(tmp_path: Path) -> None:
             assert reply.model == alias and reply.choices[0].message.content
         assert httpx.get(f"{base}/models", timeout=5).status_code == 401
         models = httpx.get(f"{base}/models", headers={"authorization": f"Bearer {key}"}, timeout=5).json()
-        assert {m["id"] for m in models["data"]} == {"small", "large"}
+        assert {m["id"] for m in models["data"]} == {"small", "large", "auto"}
+        # The routed alias: the router model picks a pool and says which.
+        routed = httpx.post(
+            f"{base}/chat/completions",
+            json={"model": "auto", "messages": [{"role": "user", "content": "Prove Fermat's last theorem."}]},
+            headers={"authorization": f"Bearer {key}"},
+            timeout=30,
+        )
+        assert routed.status_code == 200, routed.text
+        assert routed.headers["x-llmgw-tier"] in {"small", "large"}
+        assert 0 <= float(routed.headers["x-llmgw-difficulty"]) <= 1
         no_key = httpx.post(f"{base}/chat/completions", json={"model": "small", "messages": []}, timeout=5)
         assert no_key.status_code == 401
         with pytest.raises(openai.AuthenticationError):
