@@ -112,4 +112,7 @@ def discovery_for(endpoints: Endpoints) -> Discovery:
         return StaticDiscovery(endpoints.static)
     if endpoints.dns is not None:
         return DnsDiscovery(endpoints.dns)
-    raise ValueError("kubernetes discovery is not implemented yet")
+    assert endpoints.kubernetes is not None
+    from pools.kube import KubernetesDiscovery  # the kubernetes client loads only when configured
+
+    return KubernetesDiscovery(endpoints.kubernetes)
