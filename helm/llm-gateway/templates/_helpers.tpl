@@ -1,0 +1,193 @@
+{{/*
+Names, labels and the derived data every template shares (merged pools, the policy).
+*/}}
+
+{{- define "llm-gateway.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Release-qualified name; the release name alone when it already contains the chart name. */}}
+{{- define "llm-gateway.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "llm-gateway.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "llm-gateway.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "llm-gateway.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "llm-gateway.labels" -}}
+helm.sh/chart: {{ include "llm-gateway.chart" . }}
+{{ include "llm-gateway.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: llm-gateway
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* Component-scoped selector: call with (dict "ctx" $ "component" "gateway"). */}}
+{{- define "llm-gateway.componentSelector" -}}
+{{ include "llm-gateway.selectorLabels" .ctx }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{- define "llm-gateway.gatewaySelector" -}}
+{{ include "llm-gateway.componentSelector" (dict "ctx" . "component" "gateway") }}
+{{- end -}}
+
+{{- define "llm-gateway.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "llm-gateway.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "llm-gateway.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+
+{{- define "llm-gateway.redisName" -}}
+{{- printf "%s-redis" (include "llm-gateway.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Resource name of a pool: call with (dict "ctx" $ "pool" $pool). */}}
+{{- define "llm-gateway.poolName" -}}
+{{- printf "%s-pool-%s" (include "llm-gateway.fullname" .ctx) .pool.name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "llm-gateway.poolSelector" -}}
+{{ include "llm-gateway.componentSelector" (dict "ctx" .ctx "component" "pool") }}
+llm-gateway.io/pool: {{ .pool.name }}
+{{- end -}}
+
+{{/*
+Deep merge of two maps as YAML, `over` winning. Unlike sprig's mergeOverwrite it lets false, 0 and ""
+override a default (a pool's `keda.enabled: false` or `minReplicaCount: 0` must win over poolDefaults);
+lists are replaced, not concatenated.
+*/}}
+{{- define "llm-gateway.merge" -}}
+{{- $out := deepCopy .base -}}
+{{- range $k, $v := .over -}}
+{{- $cur := get $out $k -}}
+{{- if and (kindIs "map" $v) (kindIs "map" $cur) -}}
+{{- $_ := set $out $k (include "llm-gateway.merge" (dict "base" $cur "over" $v) | fromYaml) -}}
+{{- else -}}
+{{- $_ := set $out $k $v -}}
+{{- end -}}
+{{- end -}}
+{{- toYaml $out -}}
+{{- end -}}
+
+{{/* Every pool merged over poolDefaults, with servedModelName filled in; a YAML list (fromYamlArray). */}}
+{{- define "llm-gateway.pools" -}}
+{{- $pools := list -}}
+{{- $seen := dict -}}
+{{- range $p := .Values.pools -}}
+{{- if hasKey $seen $p.name -}}
+{{- fail (printf "pools: duplicate pool name %q" $p.name) -}}
+{{- end -}}
+{{- $_ := set $seen $p.name true -}}
+{{- $m := include "llm-gateway.merge" (dict "base" $.Values.poolDefaults "over" $p) | fromYaml -}}
+{{- if not $m.servedModelName -}}
+{{- $_ := set $m "servedModelName" $m.name -}}
+{{- end -}}
+{{- if gt (int $m.keda.minReplicaCount) (int $m.keda.maxReplicaCount) -}}
+{{- fail (printf "pools[%s].keda: minReplicaCount (%d) must not exceed maxReplicaCount (%d)" $m.name (int $m.keda.minReplicaCount) (int $m.keda.maxReplicaCount)) -}}
+{{- end -}}
+{{- $pools = append $pools $m -}}
+{{- end -}}
+{{- toYaml $pools -}}
+{{- end -}}
+
+{{/* True (non-empty) when KEDA scales this pool: call with (dict "ctx" $ "pool" $pool). */}}
+{{- define "llm-gateway.poolKeda" -}}
+{{- if and .ctx.Values.keda.enabled .pool.keda.enabled -}}true{{- end -}}
+{{- end -}}
+
+{{- define "llm-gateway.testKeySecret" -}}
+{{- printf "%s-test-key" (include "llm-gateway.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/*
+The test API key: reused from the existing Secret on upgrades (lookup), new and random otherwise
+(`helm template` has no cluster, so it renders a fresh one each time).
+*/}}
+{{- define "llm-gateway.testKey" -}}
+{{- $existing := lookup "v1" "Secret" .Release.Namespace (include "llm-gateway.testKeySecret" .) -}}
+{{- if and $existing $existing.data (index $existing.data "api-key") -}}
+{{- index $existing.data "api-key" | b64dec -}}
+{{- else -}}
+{{- if not (hasKey .Values "_testKey") -}}
+{{- $_ := set .Values "_testKey" (printf "sk-helm-test-%s" (randAlphaNum 40)) -}}
+{{- end -}}
+{{- .Values._testKey -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "llm-gateway.testModel" -}}
+{{- default (index .Values.config.models 0).name .Values.tests.model -}}
+{{- end -}}
+
+{{/*
+The gateway policy: in-chart pools (DNS discovery of each pool's headless Service) first, then
+config.pools, then the rest of `config`; plus the test key when the chart creates one.
+*/}}
+{{- define "llm-gateway.policy" -}}
+{{- $pools := list -}}
+{{- range $p := include "llm-gateway.pools" . | fromYamlArray -}}
+{{- $svc := printf "%s.%s.svc.%s" (include "llm-gateway.poolName" (dict "ctx" $ "pool" $p)) $.Release.Namespace $.Values.clusterDomain -}}
+{{- $gen := dict "name" $p.name "engine" "vllm" "model" $p.servedModelName "endpoints" (dict "dns" (dict "name" $svc "port" 8000)) -}}
+{{- $pools = append $pools (include "llm-gateway.merge" (dict "base" $gen "over" $p.gateway) | fromYaml) -}}
+{{- end -}}
+{{- $policy := omit (deepCopy .Values.config) "pools" -}}
+{{- $_ := set $policy "pools" (concat $pools .Values.config.pools) -}}
+{{- if and .Values.tests.enabled .Values.tests.apiKey.create -}}
+{{- $tenancy := default dict $policy.tenancy -}}
+{{- $key := dict "id" "helm-test" "sha256" (include "llm-gateway.testKey" . | sha256sum) "org" "helm-test" "app" "helm-test" "models" (list (include "llm-gateway.testModel" .)) -}}
+{{- $_ := set $tenancy "keys" (append (default list $tenancy.keys) $key) -}}
+{{- $_ := set $policy "tenancy" $tenancy -}}
+{{- end -}}
+{{- $limits := default dict $policy.limits -}}
+{{- $tenancy := default dict $policy.tenancy -}}
+{{- if and (eq .Values.redis.mode "none") (or (eq (toString $limits.backend) "redis") (eq (toString $tenancy.store) "redis")) -}}
+{{- fail "redis.mode is none but config.limits.backend or config.tenancy.store is redis: set them to memory, or give the chart a Redis" -}}
+{{- end -}}
+{{- toYaml $policy -}}
+{{- end -}}
+
+{{/* Pod security context shared by every pod of the chart. */}}
+{{- define "llm-gateway.podSecurityContext" -}}
+runAsNonRoot: true
+runAsUser: {{ .uid }}
+runAsGroup: {{ default .uid .gid }}
+fsGroup: {{ default .uid .gid }}
+seccompProfile:
+  type: RuntimeDefault
+{{- end -}}
+
+{{/* Container security context shared by every container of the chart. */}}
+{{- define "llm-gateway.containerSecurityContext" -}}
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+runAsNonRoot: true
+capabilities:
+  drop: ["ALL"]
+seccompProfile:
+  type: RuntimeDefault
+{{- end -}}
