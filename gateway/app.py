@@ -37,6 +37,7 @@ from gateway.errors import (
     UpstreamUnavailableError,
 )
 from gateway.exchange import Receive, RequestHeaders, RequestIds, Scope, Send, send_error
+from gateway.hosted import HostedBridge
 from gateway.metrics import Metrics, PoolsCollector
 from gateway.normalize import Kind
 from gateway.openapi import (
@@ -110,7 +111,13 @@ class GatewayApp:
     @asynccontextmanager
     async def _lifespan(self, _: FastAPI) -> AsyncIterator[None]:
         parts = self.parts
-        pools = {p.name: PoolClient.build(p) for p in self.policy.pools}
+        hosted = [p for p in self.policy.pools if p.engine == "litellm"]
+        bridge = HostedBridge(hosted) if hosted else None
+        if bridge is not None:
+            await bridge.start()
+        pools = {
+            p.name: PoolClient.build(p, hosted_base=bridge.base if bridge else "") for p in self.policy.pools
+        }
         session = new_session(self.settings.upstream_pool_size)
         control = httpx.AsyncClient(timeout=5.0)  # scraping and discovery (control plane)
         for name, pool in pools.items():
@@ -146,6 +153,8 @@ class GatewayApp:
             for pool in pools.values():
                 await pool.close()
             await control.aclose()
+            if bridge is not None:
+                await bridge.close()
             await parts.close()
             await session.close()
             # Let aiohttp's transports finish closing before the loop goes away.

@@ -39,11 +39,16 @@ class Timeouts(_Frozen):
 
 class Pool(_Frozen):
     name: PoolName
-    engine: Literal["vllm", "openai"] = Field(
-        "vllm", description="vllm or any OpenAI-compatible server (hosted providers arrive with litellm)"
+    engine: Literal["vllm", "openai", "litellm"] = Field(
+        "vllm", description="vllm, any OpenAI-compatible server, or litellm (hosted providers)"
     )
-    model: str = Field(min_length=1, description="the model name the pool serves (sent upstream)")
-    endpoints: Endpoints
+    model: str = Field(
+        min_length=1,
+        description="the model name the pool serves (litellm: provider/model, e.g. anthropic/...)",
+    )
+    endpoints: Endpoints | None = Field(
+        None, description="replicas (required unless litellm; for litellm: optional static api_base URLs)"
+    )
     serves: frozenset[Endpoint] = Field(
         frozenset({"chat", "completions"}), description="which OpenAI endpoints this pool answers"
     )
@@ -59,6 +64,14 @@ class Pool(_Frozen):
     retries: Retries = Field(Retries(), description="retries before the first byte, under a budget")
     breaker: Breaker = Field(Breaker(), description="per-replica circuit breaker")
     admission: Admission = Field(Admission(), description="holding requests when no replica can take them")
+
+    @model_validator(mode="after")
+    def _endpoints_fit_the_engine(self) -> Pool:
+        if self.endpoints is None and self.engine != "litellm":
+            raise ValueError(f"a pool with engine {self.engine} needs endpoints")
+        if self.engine == "litellm" and self.endpoints is not None and not self.endpoints.static:
+            raise ValueError("a litellm pool takes only static endpoints (its api_base URLs)")
+        return self
 
 
 class OutputTokens(_Frozen):

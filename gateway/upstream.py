@@ -21,9 +21,10 @@ import httpx
 
 from gateway.config import Pool
 from gateway.errors import GatewayError, UpstreamError, UpstreamTimeoutError, UpstreamUnavailableError
+from gateway.hosted import replica_paths
 from gateway.normalize import Kind
 from pools.affinity import prefix_key
-from pools.discovery import discovery_for
+from pools.discovery import Discovery, StaticDiscovery, discovery_for
 from pools.pool import NoCapacity, ReplicaPool
 from pools.runtime import PoolRuntime
 
@@ -67,7 +68,9 @@ class PoolClient:
         pool: Pool,
         environ: dict[str, str] | os._Environ[str] = os.environ,
         rand: random.Random | None = None,
+        hosted_base: str = "",
     ) -> PoolClient:
+        """`hosted_base`: the LiteLLM bridge's URL (gateway.hosted), for `engine: litellm` pools."""
         headers = {"content-type": "application/json"}
         if pool.api_key_env:
             key = environ.get(pool.api_key_env)
@@ -78,8 +81,14 @@ class PoolClient:
         replicas = ReplicaPool(
             pool.name, pool.balancing, pool.saturation, pool.breaker, pool.retries, pool.admission, rand=rand
         )
-        if pool.endpoints.static:
-            replicas.set_members(pool.endpoints.static)  # usable before discovery starts
+        discovery: Discovery
+        if pool.engine == "litellm":
+            discovery = StaticDiscovery([hosted_base + path for path in replica_paths(pool)])
+        else:
+            assert pool.endpoints is not None  # the config requires them
+            discovery = discovery_for(pool.endpoints)
+        if isinstance(discovery, StaticDiscovery):
+            replicas.set_members(discovery.urls)  # usable before discovery starts
         bal = pool.balancing
         return cls(
             config=pool,
@@ -87,7 +96,7 @@ class PoolClient:
             timeout=aiohttp.ClientTimeout(total=t.total_s, connect=t.connect_s, sock_connect=t.connect_s),
             replicas=replicas,
             # Only vLLM replicas export the load the picker reads.
-            runtime=PoolRuntime(replicas, discovery_for(pool.endpoints), scrape=pool.engine == "vllm"),
+            runtime=PoolRuntime(replicas, discovery, scrape=pool.engine == "vllm"),
             affinity_chars=bal.prefix.prefix_chars if bal.strategy == "prefix_affinity" else 0,
         )
 

@@ -28,10 +28,10 @@ class Discovery(Protocol):
 
 class StaticDiscovery:
     def __init__(self, urls: Sequence[str]) -> None:
-        self._urls = list(urls)
+        self.urls = list(urls)
 
     async def run(self, update: Update) -> None:
-        update(self._urls)
+        update(self.urls)
 
 
 async def resolve_all(name: str, port: int) -> list[str]:
