@@ -115,7 +115,6 @@ class Encoder:
         self.path = path
         self._cls = int(tokenizer.token_to_id("[CLS]"))
         self._sep = int(tokenizer.token_to_id("[SEP]"))
-        self._pad = int(tokenizer.token_to_id("[PAD]"))
 
     @classmethod
     def load(cls, path: str | Path | None = None, *, verify_probe: bool = True, threads: int = 1) -> Encoder:
@@ -173,18 +172,19 @@ class Encoder:
         return [self._cls, *ids[-body_len:], self._sep]
 
     def embed_ids(self, batch: Sequence[Sequence[int]]) -> Embeddings:
-        """Embed pre-tokenized sequences (padded to the longest; the mask keeps padding out of the mean)."""
-        if not batch:
-            return np.zeros((0, self.identity.dim), dtype=np.float32)
-        width = max(len(ids) for ids in batch)
-        input_ids = np.full((len(batch), width), self._pad, dtype=np.int64)
-        mask = np.zeros((len(batch), width), dtype=np.int64)
+        """Embed pre-tokenized sequences, one onnxruntime call each.
+
+        Never several rows per call: dynamic int8 quantization picks one activation scale per tensor,
+        i.e. per batch, so a row's embedding would depend on its batch companions (cosine 0.98 against
+        the same row alone). One row per call keeps a prompt's score deterministic, and the same in
+        training (eval/routing/embed_cache.py) as in serving.
+        """
+        out = np.zeros((len(batch), self.identity.dim), dtype=np.float32)
         for i, ids in enumerate(batch):
-            input_ids[i, : len(ids)] = ids
-            mask[i, : len(ids)] = 1
-        out = self._session.run(None, {"input_ids": input_ids, "attention_mask": mask})[0]
-        result: Embeddings = np.asarray(out, dtype=np.float32)
-        return result
+            input_ids = np.asarray([ids], dtype=np.int64)
+            mask = np.ones_like(input_ids)
+            out[i] = self._session.run(None, {"input_ids": input_ids, "attention_mask": mask})[0][0]
+        return out
 
     def embed(self, texts: Sequence[str], max_tokens: int) -> Embeddings:
         return self.embed_ids([self.token_ids(t, max_tokens) for t in texts])

@@ -57,15 +57,13 @@ def embed_texts(
     cache_dir: Path | None = DEFAULT_CACHE_DIR,
     progress: bool = False,
 ) -> Embeddings:
-    """(len(texts), dim) embeddings; computed in length-sorted batches, cached when `cache_dir` is set."""
+    """(len(texts), dim) embeddings, cached when `cache_dir` is set (the encoder runs one row per call)."""
     path = _cache_file(cache_dir, encoder, max_tokens) if cache_dir is not None else None
     table = _load(path) if path is not None else {}
     keys = [text_key(t) for t in texts]
     missing = sorted({k: t for k, t in zip(keys, texts, strict=True) if k not in table}.items())
     if missing:
         tokens = [(k, encoder.token_ids(t, max_tokens)) for k, t in missing]
-        # Sorting by length keeps padding (wasted encoder work) small inside a batch.
-        tokens.sort(key=lambda kv: len(kv[1]))
         start = time.monotonic()
         for b in range(0, len(tokens), BATCH):
             chunk = tokens[b : b + BATCH]

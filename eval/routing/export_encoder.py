@@ -67,11 +67,15 @@ def _export_fp32(source: Path, out: Path) -> None:
             mean = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
             return torch.nn.functional.normalize(mean, p=2.0, dim=1)
 
-    dummy = torch.ones((2, 16), dtype=torch.int64)
+    # The dummy batch must contain padding: with an all-ones mask, transformers skips building the
+    # attention mask and the trace bakes that in, so padded batches would attend to padding.
+    dummy_ids = torch.ones((2, 16), dtype=torch.int64)
+    dummy_mask = torch.ones((2, 16), dtype=torch.int64)
+    dummy_mask[1, 10:] = 0
     with torch.no_grad():
         torch.onnx.export(
             Pooled(bert),
-            (dummy, dummy),
+            (dummy_ids, dummy_mask),
             str(out),
             input_names=["input_ids", "attention_mask"],
             output_names=["embedding"],

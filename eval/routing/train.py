@@ -5,7 +5,7 @@ lower variance than the binary `weak < strong` label and ranks "weak right, stro
 which APGR rewards (design doc 007: +0.03-0.05 task-held-out APGR over the binary label).
 
 Head (hyper-parameters chosen on cross-validation, never on mmlu_dev; design doc 008):
-  2 x z(kNN gain, averaged over k = 50..800, cosine in a 192-d PCA space)  +  1 x z(ridge gain, alpha=100)
+  2 x z(kNN gain, averaged over k = 50..800, cosine in a 96-d PCA space)  +  1 x z(ridge gain, alpha=100)
 
 Steps:
 1. load the files, keep rows with both models, drop repeated prompts and prompts that appear in any
@@ -45,9 +45,9 @@ DEFAULT_SHARES = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 class TrainConfig:
     strong: str = "gpt-4-1106-preview"
     weak: str = "mixtral-8x7b-instruct-v0.1"
-    max_tokens: int = 64
+    max_tokens: int = 48
     ks: tuple[int, ...] = (50, 100, 200, 400, 800)
-    rank: int = 192
+    rank: int = 96
     alpha: float = 100.0
     knn_weight: float = 2.0
     linear_weight: float = 1.0

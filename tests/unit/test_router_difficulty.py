@@ -1,0 +1,107 @@
+"""Serving: scores in [0, 1], bad input handled, the async path matches the blocking one."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from router.difficulty import DifficultyModel
+
+
+@pytest.fixture(scope="module")
+def model() -> Iterator[DifficultyModel]:
+    m = DifficultyModel.load()
+    yield m
+    m.close()
+
+
+def test_scores_are_in_unit_interval(model: DifficultyModel) -> None:
+    texts = ["What is 2 + 2?", "Prove that there are infinitely many primes.", "hi"]
+    for d in model.score_many(texts):
+        assert 0.0 <= d <= 1.0
+
+
+def test_distinct_prompts_get_distinct_scores(model: DifficultyModel) -> None:
+    a = model.score_sync("What is the capital of France?\nA. Paris\nB. Rome\nC. Madrid\nD. Berlin\nAnswer:")
+    b = model.score_sync(
+        "A defendant was charged with burglary after entering a neighbour's garage at night to "
+        "retrieve his own lawnmower. Which of the following is his best defence?\n"
+        "A. Mistake of fact\nB. Consent\nC. Necessity\nD. Entrapment\nAnswer:"
+    )
+    assert a != b
+
+
+def test_empty_text(model: DifficultyModel) -> None:
+    assert 0.0 <= model.score_sync("") <= 1.0
+
+
+def test_100k_token_text_is_truncated_not_an_error(model: DifficultyModel) -> None:
+    huge = "lorem ipsum dolor sit amet " * 25_000  # ~100k+ word pieces
+    tail_only = "lorem ipsum dolor sit amet " * 40
+    assert model.score_sync(huge) == pytest.approx(model.score_sync(tail_only), abs=1e-6)
+    assert len(model.encoder.token_ids(huge, model.max_tokens)) == model.max_tokens
+
+
+def test_only_the_tail_counts(model: DifficultyModel) -> None:
+    """Few-shot boilerplate in front must not change the score once it is outside the token budget."""
+    # Longer than the token budget on its own, so the boilerplate falls outside it.
+    question = " Which gas do plants absorb from the air during photosynthesis, and why?" * 8 + "\nAnswer:"
+    boiler_a = "Example: the sky is blue. " * 200
+    boiler_b = "Example: water is wet. " * 200
+    assert model.score_sync(boiler_a + question) == pytest.approx(
+        model.score_sync(boiler_b + question), abs=1e-6
+    )
+
+
+async def test_async_matches_sync_and_runs_off_the_loop(model: DifficultyModel) -> None:
+    texts = [f"Question {i}: what is {i} times {i + 3}?" for i in range(24)]
+    expected = model.score_many(texts)
+    loop_thread = threading.get_ident()
+    seen: set[int] = set()
+    original = model.score_many
+
+    def spy(batch: list[str]) -> list[float]:
+        seen.add(threading.get_ident())
+        return original(batch)
+
+    model.score_many = spy  # type: ignore[method-assign]
+    try:
+        got = await asyncio.gather(*(model.score(t) for t in texts))
+    finally:
+        del model.score_many
+    assert got == pytest.approx(expected, abs=1e-6)
+    assert seen and loop_thread not in seen
+
+
+async def test_cache_answers_repeats(model: DifficultyModel) -> None:
+    text = "A repeated prompt about thermodynamics."
+    first = await model.score(text)
+    calls = 0
+    original = model.score_many
+
+    def counting(batch: list[str]) -> list[float]:
+        nonlocal calls
+        calls += 1
+        return original(batch)
+
+    model.score_many = counting  # type: ignore[method-assign]
+    try:
+        assert await model.score(text) == first
+    finally:
+        del model.score_many
+    assert calls == 0
+
+
+async def test_encoder_errors_reach_the_caller(model: DifficultyModel) -> None:
+    def boom(batch: list[str]) -> list[float]:
+        raise RuntimeError("encoder exploded")
+
+    model.score_many = boom  # type: ignore[method-assign]
+    try:
+        with pytest.raises(RuntimeError, match="encoder exploded"):
+            await model.score("a prompt that is not cached yet 1234")
+    finally:
+        del model.score_many
