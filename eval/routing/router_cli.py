@@ -34,7 +34,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     )
     t.add_argument("--strong", default=DEFAULT_STRONG)
     t.add_argument("--weak", default=DEFAULT_WEAK)
-    t.add_argument("--max-tokens", type=int, default=48, help="tail token budget of the encoder input")
+    t.add_argument("--max-tokens", type=int, default=32, help="tail token budget of the encoder input")
     t.add_argument("--k", nargs="+", type=int, default=[50, 100, 200, 400, 800], help="kNN sizes averaged")
     t.add_argument("--rank", type=int, default=96, help="PCA rank of the kNN keys")
     t.add_argument("--alpha", type=float, default=100.0, help="ridge regularization")

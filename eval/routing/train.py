@@ -45,7 +45,7 @@ DEFAULT_SHARES = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 class TrainConfig:
     strong: str = "gpt-4-1106-preview"
     weak: str = "mixtral-8x7b-instruct-v0.1"
-    max_tokens: int = 48
+    max_tokens: int = 32
     ks: tuple[int, ...] = (50, 100, 200, 400, 800)
     rank: int = 96
     alpha: float = 100.0
