@@ -82,6 +82,9 @@ k8s-tools: $(K8S_TOOLS)
 ## helm-check: helm lint (Helm 3 + 4) and helm template for every ci/*-values.yaml, kubectl kustomize for
 ## each k8s/overlays/*; output through kubernetes-validate --strict (1.30, 1.34), CRD schemas, llmgw config check
 helm-check: $(STAMP) k8s-tools
+	@# The Python behind these checks is outside mypy's package list: type it strictly here.
+	$(BIN)/mypy --strict --explicit-package-bases tests/chart tests/support/chart.py scripts/k8s_validate.py \
+		helm/llm-gateway/files/tests/smoke.py
 	SHARED_DIR=$(CURDIR)/../shared VENV=$(VENV) scripts/helm-check
 
 clean:
