@@ -64,7 +64,10 @@ def test_every_pod_is_locked_down(docs: list[Doc]) -> None:
         psc = spec.get("securityContext") or {}
         assert psc.get("runAsNonRoot") is True, f"{name}: pod runAsNonRoot"
         assert (psc.get("seccompProfile") or {}).get("type") == "RuntimeDefault", f"{name}: pod seccomp"
-        assert spec.get("automountServiceAccountToken") is False, f"{name}: service account token mounted"
+        if spec.get("automountServiceAccountToken") is not False:
+            # Only the gateway, and only to watch EndpointSlices through a Role bound to its account.
+            assert name.startswith("Deployment/") and spec.get("serviceAccountName"), f"{name}: token mounted"
+            assert _may_watch_endpointslices(docs, spec["serviceAccountName"]), f"{name}: token without a use"
         for c in spec.get("initContainers", []) + spec["containers"]:
             where = f"{name} container {c['name']}"
             sc = c.get("securityContext") or {}
@@ -74,6 +77,23 @@ def test_every_pod_is_locked_down(docs: list[Doc]) -> None:
             assert sc.get("privileged") is not True, f"{where}: privileged"
             assert (c.get("resources") or {}).get("requests"), f"{where}: resource requests"
             assert "memory" in (c.get("resources") or {}).get("limits", {}), f"{where}: memory limit"
+
+
+def _may_watch_endpointslices(docs: list[Doc], account: str) -> bool:
+    roles = {
+        r["metadata"]["name"]
+        for r in of_kind(docs, "Role")
+        if any(
+            "discovery.k8s.io" in rule["apiGroups"]
+            and rule["resources"] == ["endpointslices"]
+            and set(rule["verbs"]) == {"list", "watch"}
+            for rule in r["rules"]
+        )
+    }
+    return any(
+        b["roleRef"]["name"] in roles and any(s["name"] == account for s in b["subjects"])
+        for b in of_kind(docs, "RoleBinding")
+    )
 
 
 def _env(container: Doc) -> dict[str, str]:
@@ -197,6 +217,17 @@ def test_only_the_gateway_and_prometheus_reach_the_pools(docs: list[Doc]) -> Non
             assert not _reachable_by(docs, target, lbl, ns, ns), f"{name}: Redis reachable from {lbl}"
 
 
+def test_discovery_modes() -> None:
+    kube = helm_template(scenario="production")
+    dns = helm_template(scenario="minimal")
+    assert kube.ok and dns.ok
+    kube_pools = yaml.safe_load(policy_text(kube.docs))["pools"]
+    assert [list(p["endpoints"]) for p in kube_pools] == [["kubernetes"], ["kubernetes"]]
+    assert of_kind(kube.docs, "Role") and of_kind(kube.docs, "RoleBinding")
+    assert [list(p["endpoints"]) for p in yaml.safe_load(policy_text(dns.docs))["pools"]] == [["dns"]]
+    assert not of_kind(dns.docs, "Role") and not of_kind(dns.docs, "RoleBinding")
+
+
 def test_rendered_policy_passes_llmgw_config_check(docs: list[Doc], tmp_path: Path) -> None:
     path = tmp_path / "config.yaml"
     path.write_text(policy_text(docs))
@@ -212,12 +243,19 @@ def test_policy_names_every_pool_service(docs: list[Doc]) -> None:
     services = {d["metadata"]["name"]: d for d in of_kind(docs, "Service")}
     ns = next((d["metadata"].get("namespace") for d in docs if d["metadata"].get("namespace")), "llm")
     for pool in policy["pools"]:
-        dns = pool["endpoints"]["dns"]
-        svc_name, svc_ns = dns["name"].split(".")[:2]
-        assert svc_ns == ns
+        if "dns" in pool["endpoints"]:
+            dns = pool["endpoints"]["dns"]
+            assert dns["name"].endswith(".svc.cluster.local."), "relative names walk the search list"
+            svc_name, svc_ns = dns["name"].split(".")[:2]
+            assert svc_ns == ns
+            port = dns["port"]
+        else:
+            kube = pool["endpoints"]["kubernetes"]
+            svc_name, port = kube["service"], kube["port"]
+            assert kube.get("namespace") in (None, ns)
         svc = services[svc_name]
         assert svc["spec"]["clusterIP"] == "None", f"{svc_name}: not headless"
-        assert dns["port"] == svc["spec"]["ports"][0]["port"]
+        assert port == svc["spec"]["ports"][0]["port"]
         [deploy] = [
             d
             for d in of_kind(docs, "Deployment")

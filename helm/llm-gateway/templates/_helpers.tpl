@@ -154,7 +154,11 @@ config.pools, then the rest of `config`; plus the test key when the chart create
 {{- /* Fully qualified with a trailing dot: with ndots:5 a relative name would first walk the pod's
 search list on every re-resolve. */ -}}
 {{- $svc := printf "%s.%s.svc.%s." (include "llm-gateway.poolName" (dict "ctx" $ "pool" $p)) $.Release.Namespace $.Values.clusterDomain -}}
-{{- $gen := dict "name" $p.name "engine" "vllm" "model" $p.servedModelName "endpoints" (dict "dns" (dict "name" $svc "port" 8000)) -}}
+{{- $endpoints := dict "dns" (dict "name" $svc "port" 8000) -}}
+{{- if eq $.Values.discovery "kubernetes" -}}
+{{- $endpoints = dict "kubernetes" (dict "service" (include "llm-gateway.poolName" (dict "ctx" $ "pool" $p)) "port" 8000) -}}
+{{- end -}}
+{{- $gen := dict "name" $p.name "engine" "vllm" "model" $p.servedModelName "endpoints" $endpoints -}}
 {{- $pools = append $pools (include "llm-gateway.merge" (dict "base" $gen "over" $p.gateway) | fromYaml) -}}
 {{- end -}}
 {{- $policy := omit (deepCopy .Values.config) "pools" -}}
