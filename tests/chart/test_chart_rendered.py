@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from tests.support.chart import (
+    CHART,
     HELMS,
     OVERLAYS,
     ROOT,
@@ -23,6 +24,7 @@ from tests.support.chart import (
     pod_specs,
     policy_text,
     selector_matches,
+    tool,
 )
 
 SOURCES = [f"chart:{s}" for s in SCENARIOS] + [f"kustomize:{o}" for o in OVERLAYS]
@@ -387,3 +389,40 @@ def test_pool_overrides_win_over_defaults_even_when_falsy(tmp_path: Path) -> Non
     deploy_b = next(d for d in of_kind(r.docs, "Deployment") if d["metadata"]["name"].endswith("-pool-b"))
     assert deploy_b["spec"]["replicas"] == 1
     assert "--no-enable-prefix-caching" in deploy_b["spec"]["template"]["spec"]["containers"][0]["args"]
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_install_notes_render(scenario: str) -> None:
+    """NOTES.txt is rendered only by install/upgrade: an error there would fail `helm install` itself."""
+    args = [str(tool("helm4")), "install", "gw", str(CHART), "-n", "llm", "--dry-run=client"]
+    proc = subprocess.run(
+        [*args, "-f", str(ROOT / "ci" / f"{scenario}-values.yaml")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    notes = proc.stdout.split("NOTES:", 1)[1]
+    assert "http://gw-llm-gateway.llm.svc:80/v1" in notes
+    assert "helm test gw -n llm" in notes
+    assert "WARNING" not in notes
+
+
+def test_install_notes_warn_about_per_process_limits(tmp_path: Path) -> None:
+    values = tmp_path / "v.yaml"
+    values.write_text(
+        yaml.safe_dump(
+            {
+                "redis": {"mode": "none"},
+                "config": {"limits": {"backend": "memory"}, "tenancy": {"store": "memory"}},
+            }
+        )
+    )
+    proc = subprocess.run(
+        [str(tool("helm4")), "install", "gw", str(CHART), "--dry-run=client", "-f", str(values)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "WARNING: config.limits.backend is not redis" in proc.stdout
