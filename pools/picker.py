@@ -22,6 +22,7 @@ import random
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
+from pools.breaker import State
 from pools.config import Balancing, Saturation
 from pools.replica import Replica
 
@@ -31,7 +32,15 @@ AFFINITY = "affinity"
 AFFINITY_SPILL = "affinity_spill"
 REASONS = (ROUND_ROBIN, LEAST_LOAD, AFFINITY, AFFINITY_SPILL)
 
+
 _MASK = (1 << 64) - 1
+
+
+def _mix(x: int) -> int:
+    """splitmix64 finalizer: a well-spread 64-bit weight of key ^ replica salt (rendezvous hashing)."""
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9 & _MASK
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EB & _MASK
+    return x ^ (x >> 31)
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,28 +49,28 @@ class Pick:
     reason: str
 
 
-def _mix(x: int) -> int:
-    """splitmix64 finalizer: a cheap, well-spread 64-bit hash of key ^ replica salt."""
-    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9 & _MASK
-    x = (x ^ (x >> 27)) * 0x94D049BB133111EB & _MASK
-    return x ^ (x >> 31)
-
-
 def saturated(r: Replica, sat: Saturation, now: float, stale_after: float) -> bool:
     if r.inflight >= sat.inflight:
         return True
-    load = r.fresh_load(now, stale_after)
-    return load is not None and (load.kv_usage >= sat.kv_usage or load.waiting >= sat.waiting)
+    load = r.load
+    if load is None or now - load.at > stale_after:
+        return False
+    return load.kv_usage >= sat.kv_usage or load.waiting >= sat.waiting
 
 
 def eligible(
     replicas: Sequence[Replica], sat: Saturation, now: float, stale_after: float, exclude: Collection[Replica]
 ) -> list[Replica]:
-    return [
-        r
-        for r in replicas
-        if r.breaker.allows(now) and r not in exclude and not saturated(r, sat, now, stale_after)
-    ]
+    # A plain loop with the common case first (breaker closed): this runs on every request.
+    out: list[Replica] = []
+    for r in replicas:
+        b = r.breaker
+        if b.state is not State.CLOSED and not b.allows(now):
+            continue
+        if saturated(r, sat, now, stale_after) or (exclude and r in exclude):
+            continue
+        out.append(r)
+    return out
 
 
 def score(r: Replica, bal: Balancing, now: float) -> float:
@@ -79,13 +88,40 @@ def queue_load(r: Replica, now: float, stale_after: float) -> float:
 
 
 def _least_load(cands: list[Replica], bal: Balancing, now: float, rand: random.Random) -> Replica:
-    if 0 < bal.choices < len(cands):
+    n = len(cands)
+    if bal.choices == 2 and n > 2:
+        # The common case without random.sample's overhead: two distinct random replicas.
+        i = int(rand.random() * n)
+        j = int(rand.random() * (n - 1))
+        j += j >= i
+        a, b = cands[i], cands[j]
+        return a if score(a, bal, now) <= score(b, bal, now) else b
+    if 0 < bal.choices < n:
         cands = rand.sample(cands, bal.choices)
     else:
         # Scan from a random offset so ties do not always go to the first replica.
-        k = rand.randrange(len(cands))
+        k = int(rand.random() * n)
         cands = cands[k:] + cands[:k]
     return min(cands, key=lambda r: score(r, bal, now))
+
+
+def _affinity(cands: list[Replica], bal: Balancing, now: float, key: int) -> Pick | None:
+    """The highest-weight replica under the load cap (one pass, no sort)."""
+    stale = bal.stale_after_s
+    loads = [queue_load(r, now, stale) for r in cands]
+    # +1: the request being placed; ceil keeps a cap of at least 1 when the pool is idle.
+    cap = math.ceil(bal.prefix.load_factor * (sum(loads) + 1) / len(cands))
+    top_w = best_w = -(1 << 64)
+    best: Replica | None = None
+    for r, load in zip(cands, loads, strict=True):
+        w = _mix(key ^ r.salt)
+        if w > top_w:
+            top_w = w
+        if load + 1 <= cap and w > best_w:
+            best_w, best = w, r
+    if best is None:
+        return None
+    return Pick(best, AFFINITY if best_w == top_w else AFFINITY_SPILL)
 
 
 def pick(
@@ -108,13 +144,6 @@ def pick(
     if bal.strategy == "round_robin":
         return Pick(cands[turn % len(cands)], ROUND_ROBIN)
     if bal.strategy == "prefix_affinity" and key is not None:
-        stale = bal.stale_after_s
-        loads = {id(r): queue_load(r, now, stale) for r in cands}
-        # +1: the request being placed; ceil keeps a cap of at least 1 when the pool is idle.
-        cap = math.ceil(bal.prefix.load_factor * (sum(loads.values()) + 1) / len(cands))
-        ranked = sorted(cands, key=lambda r: _mix(key ^ r.salt), reverse=True)
-        for i, r in enumerate(ranked):
-            if loads[id(r)] + 1 <= cap:
-                return Pick(r, AFFINITY if i == 0 else AFFINITY_SPILL)
-        return Pick(_least_load(cands, bal, now, rand), AFFINITY_SPILL)
+        choice = _affinity(cands, bal, now, key)
+        return choice or Pick(_least_load(cands, bal, now, rand), AFFINITY_SPILL)
     return Pick(_least_load(cands, bal, now, rand), LEAST_LOAD)
