@@ -13,9 +13,12 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import signal
+import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from types import FrameType
 from typing import Any
 
 import httpx
@@ -144,9 +147,11 @@ class GatewayApp:
         gc.collect()
         gc.freeze()
         gc.set_threshold(*self.settings.gc_threshold)
+        restore_sigterm = _drain_on_sigterm(self.begin_drain, self.settings.drain_delay_s)
         try:
             yield
         finally:
+            restore_sigterm()
             self.runtime.draining = True
             renewer.cancel()
             await asyncio.gather(renewer, return_exceptions=True)
@@ -303,6 +308,42 @@ class GatewayApp:
             comps[model.__name__] = js
         api.openapi_schema = schema
         return schema
+
+
+def _drain_on_sigterm(on_drain: Callable[[], None], delay_s: float) -> Callable[[], None]:
+    """Wrap the server's SIGTERM handler: readiness off at once, the server's shutdown `delay_s` later.
+
+    Kubernetes removes a terminating pod from its Service endpoints only eventually, so requests keep
+    arriving for a few seconds after SIGTERM; the listener must stay open meanwhile. Then uvicorn's
+    own graceful shutdown closes it and lets in-flight streams finish (LLMGW_DRAIN_SECONDS). Installed
+    from the lifespan, so it works in every worker of a multi-worker server too (uvicorn installs its
+    handlers before the lifespan starts). A second SIGTERM shuts down at once. Returns the undo.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None  # signal handlers belong to the main thread (e.g. a test client's thread)
+    previous = signal.getsignal(signal.SIGTERM)
+    fired = False
+
+    def handler(sig: int, frame: FrameType | None) -> None:
+        nonlocal fired
+        if fired or not callable(previous):
+            if callable(previous):
+                previous(sig, frame)
+            return
+        fired = True
+        on_drain()
+        timer = threading.Timer(delay_s, previous, (sig, frame))
+        timer.daemon = True
+        timer.start()
+
+    if not callable(previous):
+        return lambda: None  # no server handler to delay (not under uvicorn): leave SIGTERM alone
+    signal.signal(signal.SIGTERM, handler)
+
+    def restore() -> None:
+        signal.signal(signal.SIGTERM, previous)
+
+    return restore
 
 
 def _with_request_id(send: Send, rid: bytes) -> Send:

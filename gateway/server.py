@@ -1,21 +1,15 @@
 """`llmgw serve`: load settings and policy, then run uvicorn (uvloop + httptools).
 
-SIGTERM (single-worker serving): readiness turns false at once, but the listener stays open for
-`drain_delay_s`, because Kubernetes removes a terminating pod from its Service endpoints only
-eventually and requests keep arriving meanwhile. Then uvicorn's graceful shutdown closes the
-listener, lets in-flight requests (long streams included) finish for up to `drain_seconds`, and
-the process exits.
+SIGTERM: readiness turns false at once, the listener stays open for `drain_delay_s` (the app's
+lifespan wraps uvicorn's handler, see gateway.app), then uvicorn's graceful shutdown lets in-flight
+requests (long streams included) finish for up to `drain_seconds`, and the process exits.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import signal
 import sys
-import threading
-from collections.abc import Callable
-from types import FrameType
 
 import uvicorn
 
@@ -34,28 +28,6 @@ def create_app() -> GatewayApp:
     """Factory for `uvicorn --factory gateway.server:create_app` (used by multi-worker serving)."""
     settings = Settings()
     return GatewayApp(load(settings), settings)
-
-
-class DrainingServer(uvicorn.Server):
-    """uvicorn.Server whose first SIGTERM starts a drain (readiness false) before shutting down."""
-
-    def __init__(self, config: uvicorn.Config, on_drain: Callable[[], None], delay_s: float) -> None:
-        super().__init__(config)
-        self._on_drain = on_drain
-        self._delay = delay_s
-        self._draining = False
-
-    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        if sig != signal.SIGTERM or self._draining or self._delay <= 0:
-            if sig == signal.SIGTERM and not self._draining:
-                self._on_drain()
-            super().handle_exit(sig, frame)
-            return
-        self._draining = True
-        self._on_drain()
-        timer = threading.Timer(self._delay, super().handle_exit, (sig, frame))
-        timer.daemon = True
-        timer.start()
 
 
 def serve(config: str | None, host: str | None, port: int | None, workers: int | None) -> int:
@@ -99,6 +71,5 @@ def serve(config: str | None, host: str | None, port: int | None, workers: int |
         uvicorn.run("gateway.server:create_app", factory=True, workers=settings.workers, **common)  # type: ignore[arg-type]
     else:
         assert app is not None
-        uv_config = uvicorn.Config(app, **common)  # type: ignore[arg-type]
-        DrainingServer(uv_config, app.begin_drain, settings.drain_delay_s).run()
+        uvicorn.run(app, **common)  # type: ignore[arg-type]
     return 0

@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.support.fake_upstream import fake_upstream
 from tests.support.procs import free_port, running, sim_args, wait_http
@@ -23,7 +24,7 @@ from tests.support.prom import metric
 SLOW_SIM = ("--step-base-ms", "50")
 
 
-def _policy(path: Path, urls: list[str], extra: str = "") -> Path:
+def _policy(path: Path, urls: list[str], extra: str = "", top: str = "tenancy: {auth: disabled}\n") -> Path:
     listed = ", ".join(f'"{u}"' for u in urls)
     path.write_text(
         "pools:\n"
@@ -34,7 +35,7 @@ def _policy(path: Path, urls: list[str], extra: str = "") -> Path:
         f"{extra}"
         "models:\n"
         "  - {name: p, route: {pool: p}, max_tokens: {default: 40, cap: 256}}\n"
-        "tenancy: {auth: disabled}\n"
+        f"{top}"
     )
     return path
 
@@ -151,11 +152,20 @@ def test_retries_stay_within_the_budget(tmp_path: Path) -> None:
     assert statuses.count(200) == len(statuses) - refused
 
 
-def test_sigterm_turns_readiness_off_and_drains_streams_before_exiting(tmp_path: Path) -> None:
+@pytest.mark.parametrize("workers", [1, 2])
+def test_sigterm_turns_readiness_off_and_drains_streams_before_exiting(
+    tmp_path: Path, workers: int, request: pytest.FixtureRequest
+) -> None:
     sim, gw = free_port(), free_port()
-    cfg = _policy(tmp_path / "p.yaml", [f"http://127.0.0.1:{sim}"])
-    base = f"http://127.0.0.1:{gw}"
     env = {**os.environ, "LLMGW_DRAIN_DELAY_S": "1.0", "LLMGW_DRAIN_SECONDS": "20"}
+    top = "tenancy: {auth: disabled}\n"
+    if workers > 1:  # several workers need the shared (Redis) limiter and key store
+        redis = request.getfixturevalue("redis_server")
+        env.update({"LLMGW_WORKERS": str(workers), "LLMGW_REDIS_URL": redis.url})
+        top = f"limits: {{backend: redis, key_prefix: 'drain{gw}'}}\n"
+        top += "tenancy: {auth: disabled, store: redis}\n"
+    cfg = _policy(tmp_path / "p.yaml", [f"http://127.0.0.1:{sim}"], top=top)
+    base = f"http://127.0.0.1:{gw}"
     with running(sim_args(sim, "p", *SLOW_SIM), f"http://127.0.0.1:{sim}/health"):
         with open(tmp_path / "gw.log", "wb") as log:
             proc = subprocess.Popen(
