@@ -16,6 +16,7 @@ measured here, routing, dependency injection and Response objects cost more than
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable
 from time import perf_counter
 from typing import Any, TypeVar
@@ -36,6 +37,7 @@ from gateway.errors import (
     RequestTooLargeError,
     UpstreamError,
     UpstreamTimeoutError,
+    UpstreamUnavailableError,
     from_upstream,
 )
 from gateway.exchange import (
@@ -70,6 +72,12 @@ _RETRY_KINDS = frozenset({"connect", "disconnect", "client_error"})
 # Held requests (pool admission) are served by tier priority, then in arrival order.
 _PRIORITY = {"premium": 1, "standard": 0}
 _T = TypeVar("_T")
+_SHUTDOWN_TAIL = (
+    b"data: "
+    + UpstreamUnavailableError("the gateway is shutting down; retry the request").body()
+    + b"\n\n"
+    + DONE
+)
 
 
 class Relay:
@@ -536,6 +544,12 @@ class Relay:
             except _UPSTREAM_FAILURES as exc:
                 verdict = "fail"
                 tail = _error_event(self._failed(route, exc).error)
+            except asyncio.CancelledError:
+                if not req.client_gone:
+                    # Shutdown after the drain period: end the stream the way the client understands.
+                    with contextlib.suppress(Exception):
+                        await send({"type": "http.response.body", "body": _SHUTDOWN_TAIL, "more_body": False})
+                raise
             req.done()
             await send({"type": "http.response.body", "body": tail, "more_body": False})
             return 200

@@ -195,3 +195,36 @@ def test_sigterm_turns_readiness_off_and_drains_streams_before_exiting(
     assert status == 200 and events[-1] == "data: [DONE]"
     assert not any('"error"' in e for e in events)
     assert sum('"content"' in e for e in events) >= 40
+
+
+def test_a_stream_outliving_the_drain_period_ends_with_an_error_event(tmp_path: Path) -> None:
+    sim, gw = free_port(), free_port()
+    cfg = _policy(tmp_path / "p.yaml", [f"http://127.0.0.1:{sim}"])
+    base = f"http://127.0.0.1:{gw}"
+    env = {**os.environ, "LLMGW_DRAIN_DELAY_S": "0.2", "LLMGW_DRAIN_SECONDS": "1"}
+    body = {**_body(True, 200)}  # ~10 s of tokens: longer than the drain period
+    with running(sim_args(sim, "p", *SLOW_SIM), f"http://127.0.0.1:{sim}/health"):
+        with open(tmp_path / "gw.log", "wb") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "gateway", "serve", "--config", str(cfg), "--port", str(gw)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+            )
+            try:
+                wait_http(f"{base}/readyz", proc)
+                with httpx.stream("POST", f"{base}/v1/chat/completions", json=body, timeout=30) as r:
+                    text = ""
+                    for chunk in r.iter_text():
+                        if not text:
+                            proc.send_signal(signal.SIGTERM)
+                        text += chunk
+                proc.wait(timeout=30)
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+    events = [e for e in text.split("\n\n") if e]
+    assert events[-1] == "data: [DONE]"
+    assert "shutting down" in events[-2] and '"error"' in events[-2]
+    assert sum('"content"' in e for e in events) < 200
