@@ -105,3 +105,16 @@ async def test_encoder_errors_reach_the_caller(model: DifficultyModel) -> None:
             await model.score("a prompt that is not cached yet 1234")
     finally:
         del model.score_many
+
+
+async def test_a_cancelled_caller_does_not_break_its_batch(model: DifficultyModel) -> None:
+    texts = [f"Cancellation case {i}: which planet is largest?" for i in range(6)]
+    expected = model.score_many(texts)
+    tasks = [asyncio.create_task(model.score(t)) for t in texts]
+    await asyncio.sleep(0)  # all six are queued behind the first batch
+    tasks[3].cancel()
+    # A broken batcher would leave the others waiting forever: bound it so the test fails instead.
+    results = await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), timeout=30)
+    assert isinstance(results[3], asyncio.CancelledError)
+    kept = [r for i, r in enumerate(results) if i != 3]
+    assert kept == pytest.approx([e for i, e in enumerate(expected) if i != 3], abs=1e-6)
