@@ -250,6 +250,11 @@ class PoolsCollector(Collector):
         kv = GaugeMetricFamily(
             "llmgw_replica_kv_cache_usage", "Scraped vLLM KV-cache use (0..1)", labels=["pool", "replica"]
         )
+        ttft = GaugeMetricFamily(
+            "llmgw_replica_ttft_seconds",
+            "Recent time to first token of a replica as this gateway saw it (EWMA over ~10 streams)",
+            labels=["pool", "replica"],
+        )
         breaker = GaugeMetricFamily(
             "llmgw_replica_breaker_state",
             "Circuit breaker of a replica: 0 closed, 1 open, 2 half-open",
@@ -270,6 +275,8 @@ class PoolsCollector(Collector):
                 if load is not None:
                     waiting.add_metric([name, r.base], load.waiting)
                     kv.add_metric([name, r.base], load.kv_usage)
+                if r.ttft_ewma:
+                    ttft.add_metric([name, r.base], r.ttft_ewma)
                 breaker.add_metric([name, r.base], int(state))
                 opens.add_metric([name, r.base], r.breaker.opens)
             for state_name, count in states.items():
@@ -279,4 +286,4 @@ class PoolsCollector(Collector):
             held.add_metric([name], pool.stats.held)
             budget.add_metric([name, "granted"], pool.budget.granted)
             budget.add_metric([name, "refused"], pool.budget.refused)
-        yield from (queued, replicas, picks, held, budget, inflight, waiting, kv, breaker, opens)
+        yield from (queued, replicas, picks, held, budget, inflight, waiting, kv, ttft, breaker, opens)

@@ -70,6 +70,9 @@ def test_shared_system_prompt_stays_on_one_replica_and_hits_its_prefix_cache(
     assert sorted(served) == [0, 0, 6]
     hits = sum(metric(httpx.get(f"{u}/metrics").text, "vllm:prefix_cache_hits_total") for u in urls)
     assert hits - hits0 >= 5 * 500  # every request after the first reused the system prompt's blocks
+    text = httpx.get(base.removesuffix("/v1") + "/metrics").text
+    assert metric(text, "llmgw_pool_picks_total", 'reason="affinity"') >= 6
+    assert metric(text, "llmgw_replica_ttft_seconds") > 0  # the replica's recent TTFT, as seen by the gateway
 
 
 def test_distinct_prompts_spread_over_the_replicas(pool: tuple[str, list[str]]) -> None:
