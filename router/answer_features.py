@@ -110,3 +110,61 @@ def features(prompt: str, answer: str) -> dict[int, float]:
         if value:
             _add(out, _DENSE_INDEX[name], value)
     return out
+
+
+# --- Step context: what the other cheap answers of the same request say about this one ---------------
+#
+# The step scorer (router/scorers.py, artifact format 2) adds these to the answer's own features. They
+# are hashed strings too, in their own block after the answer features, so the artifact stays small and
+# new context features need no index bookkeeping. Tier indices are the alias's tier order: a step
+# scorer is trained for one alias's tier list (its artifact records the pools) and is only valid there.
+CONTEXT_BUCKETS = 1024
+_MAX_OTHERS = 4  # context of at most this many other answers: bounded work per scored answer
+
+
+def _context_bucket(token: str) -> int:
+    return N_FEATURES + zlib.crc32(token.encode()) % CONTEXT_BUCKETS
+
+
+def _similarity(a: str, b: str) -> float:
+    """Jaccard similarity of the word sets of two normalized final answers (code and prose answers
+    rarely agree exactly, but a correct program tends to resemble another correct one)."""
+    wa, wb = set(_WORD.findall(a)), set(_WORD.findall(b))
+    return len(wa & wb) / len(wa | wb) if wa and wb else 0.0
+
+
+def context_features(prompt: str, text: str, tier: int, others: list[tuple[int, str]]) -> dict[int, float]:
+    """Sparse context features of the answer `text` from tier `tier`, given the other answers of the
+    request so far as (tier, text) pairs; indices in [N_FEATURES, N_FEATURES + CONTEXT_BUCKETS)."""
+    question = last_question(prompt)[-_MAX_QUESTION_CHARS:]
+    opts = options(question)
+    pkind = "choice" if opts else ("code" if "function" in question.lower() else "open")
+    mine = final_answer(prompt, text[:_MAX_ANSWER_CHARS])
+    theirs = [(t, final_answer(prompt, o[:_MAX_ANSWER_CHARS])) for t, o in others[:_MAX_OTHERS]]
+    agree = [(t, mine.agrees(f)) for t, f in theirs]
+    n, same = len(agree), sum(a for _, a in agree)
+    # Distinct final answers among all answers, and whether this one is (one of) the most common.
+    values = [f"{f.kind}:{f.value}" for _, f in theirs if f.kind != "empty"]
+    counts = {v: values.count(v) for v in values}
+    top = max(counts.values(), default=0)
+    pattern = ",".join(f"{t}{'=' if a else '!'}" for t, a in sorted(agree))
+    tokens = [
+        f"c:bias|{pkind}",
+        f"c:tier:{tier}|{pkind}",
+        f"c:n:{n}|agree:{same}|{pkind}",
+        f"c:tier:{tier}|n:{n}|agree:{same}",
+        f"c:pattern:{tier}|{pattern}|{pkind}",
+        f"c:distinct:{len(counts) + (0 if f'{mine.kind}:{mine.value}' in counts else 1)}|n:{n}",
+        f"c:plurality:{int(same + 1 >= top)}|tier:{tier}|n:{n}",
+        f"c:kind:{mine.kind}|{pkind}",
+    ]
+    if mine.kind == "choice":
+        tokens += [f"c:letter:{mine.value}|n_opts:{len(opts)}", f"c:tier:{tier}|letter:{mine.value}"]
+        tokens += [f"c:pair:{tier}:{mine.value}|{t}:{f.value}" for t, f in theirs if f.kind == "choice"]
+    out: dict[int, float] = {}
+    for tok in tokens:
+        _add(out, _context_bucket(tok), 1.0)
+    if n and mine.kind in ("code", "text"):
+        sim = max(_similarity(mine.value, f.value) for _, f in theirs)
+        _add(out, _context_bucket(f"c:similarity|tier:{tier}"), sim)
+    return out

@@ -11,7 +11,11 @@ pure and deterministic given their inputs, so the offline replay and the gateway
 - Agreement: the share of the other answers with the same normalized final answer (router/answers.py).
   With nothing to compare against it scores 0.
 - TrainedAnswerScorer: logistic regression over router/answer_features.py, weights from a small JSON
-  artifact (trained by eval/routing/scorer_train.py; the shipped one is router/scorer_artifacts/).
+  artifact (trained by eval/routing/scorer_train.py; the shipped ones are in router/scorer_artifacts/).
+  Format 1 scores the answer alone. Format 2 (a *step* scorer) adds weights over the answer's context:
+  which tier gave it and how the other answers of the request so far relate to it (agreement pattern,
+  chosen options, similarity); it is trained for one alias's tier list, recorded in its `meta.tiers`.
+  Both load through `TrainedAnswerScorer.load`, so the gateway needs no change to run either.
 """
 
 from __future__ import annotations
@@ -24,12 +28,13 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Protocol
 
-from router.answer_features import N_FEATURES, features
+from router.answer_features import CONTEXT_BUCKETS, N_FEATURES, context_features, features
 from router.answers import final_answer
 from router.config import AgreementScorer, LogprobScorer, ScorerConfig, TrainedScorer
 from router.plan import Answer, EscalationReason
 
 ARTIFACT_FORMAT = "llmgw-answer-scorer/1"
+STEP_ARTIFACT_FORMAT = "llmgw-answer-scorer/2"
 SHIPPED_ARTIFACT = "answer_scorer.json"
 
 
@@ -72,19 +77,34 @@ class ScorerArtifactError(ValueError):
 @dataclass(frozen=True, slots=True)
 class TrainedAnswerScorer:
     weights: tuple[float, ...]
+    # Empty: an answer-only scorer (format 1). Else CONTEXT_BUCKETS weights over context_features.
+    context_weights: tuple[float, ...] = ()
     reject_reason: EscalationReason = EscalationReason.SCORER_REJECT
 
+    @property
+    def uses_context(self) -> bool:
+        return bool(self.context_weights)
+
     def probability(self, prompt: str, text: str) -> float:
-        z = sum(self.weights[i] * v for i, v in features(prompt, text).items())
-        # Clamp: exp overflows beyond ~709 and a corrupt weight must not crash a request.
-        return 1.0 / (1.0 + math.exp(-max(-40.0, min(40.0, z))))
+        return _sigmoid(self._answer_z(prompt, text))
+
+    def _answer_z(self, prompt: str, text: str) -> float:
+        return sum(self.weights[i] * v for i, v in features(prompt, text).items())
 
     def score(self, prompt: str, answer: Answer, others: Sequence[Answer]) -> float:
-        return self.probability(prompt, answer.text)
+        z = self._answer_z(prompt, answer.text)
+        if self.context_weights:
+            ctx = [(o.call.tier, o.text) for o in others]
+            cf = context_features(prompt, answer.text, answer.call.tier, ctx)
+            z += sum(self.context_weights[i - N_FEATURES] * v for i, v in cf.items())
+        return _sigmoid(z)
 
     def to_json(self, meta: dict[str, Any] | None = None) -> str:
-        body = {"format": ARTIFACT_FORMAT, "n_features": N_FEATURES, "meta": meta or {}}
+        fmt = STEP_ARTIFACT_FORMAT if self.context_weights else ARTIFACT_FORMAT
+        body: dict[str, Any] = {"format": fmt, "n_features": N_FEATURES, "meta": meta or {}}
         body["weights"] = [round(w, 5) for w in self.weights]
+        if self.context_weights:
+            body["context_weights"] = [round(w, 5) for w in self.context_weights]
         return json.dumps(body, separators=(",", ":"))
 
     @classmethod
@@ -93,25 +113,25 @@ class TrainedAnswerScorer:
             body = json.loads(text)
         except json.JSONDecodeError as exc:
             raise ScorerArtifactError(f"{source}: not JSON ({exc})") from exc
-        if not isinstance(body, dict) or body.get("format") != ARTIFACT_FORMAT:
-            raise ScorerArtifactError(f"{source}: not an answer-scorer artifact (format {ARTIFACT_FORMAT})")
-        weights = body.get("weights")
-        if (
-            not isinstance(weights, list)
-            or len(weights) != N_FEATURES
-            or not all(isinstance(w, int | float) and math.isfinite(w) for w in weights)
-        ):
+        formats = (ARTIFACT_FORMAT, STEP_ARTIFACT_FORMAT)
+        if not isinstance(body, dict) or body.get("format") not in formats:
             raise ScorerArtifactError(
-                f"{source}: weights must be {N_FEATURES} finite numbers (features changed? retrain)"
+                f"{source}: not an answer-scorer artifact (format {' or '.join(formats)})"
             )
-        return cls(weights=tuple(float(w) for w in weights))
+        weights = _weights(body.get("weights"), N_FEATURES, "weights", source)
+        context: tuple[float, ...] = ()
+        if body["format"] == STEP_ARTIFACT_FORMAT:
+            context = _weights(body.get("context_weights"), CONTEXT_BUCKETS, "context_weights", source)
+        return cls(weights=weights, context_weights=context)
 
     @classmethod
     def load(cls, path: str | Path | None = None) -> TrainedAnswerScorer:
-        """From `path`, or the artifact shipped in router/scorer_artifacts/ when None."""
-        if path is None:
-            ref = resources.files("router.scorer_artifacts") / SHIPPED_ARTIFACT
-            source = f"router/scorer_artifacts/{SHIPPED_ARTIFACT}"
+        """From `path`, or the artifact shipped in router/scorer_artifacts/ when None. A bare file name
+        that is not a file in the working directory names a shipped artifact (`step_scorer_auto.json`)."""
+        name = str(path) if path is not None else SHIPPED_ARTIFACT
+        if path is None or ("/" not in name and not Path(name).exists()):
+            ref = resources.files("router.scorer_artifacts") / name
+            source = f"router/scorer_artifacts/{name}"
             try:
                 text = ref.read_text(encoding="utf-8")
             except OSError as exc:
@@ -123,6 +143,21 @@ class TrainedAnswerScorer:
             except OSError as exc:
                 raise ScorerArtifactError(f"{source}: cannot read ({exc.strerror})") from exc
         return cls.from_json(text, source)
+
+
+def _sigmoid(z: float) -> float:
+    # Clamp: exp overflows beyond ~709 and a corrupt weight must not crash a request.
+    return 1.0 / (1.0 + math.exp(-max(-40.0, min(40.0, z))))
+
+
+def _weights(raw: object, n: int, key: str, source: str) -> tuple[float, ...]:
+    if (
+        not isinstance(raw, list)
+        or len(raw) != n
+        or not all(isinstance(w, int | float) and math.isfinite(w) for w in raw)
+    ):
+        raise ScorerArtifactError(f"{source}: {key} must be {n} finite numbers (features changed? retrain)")
+    return tuple(float(w) for w in raw)
 
 
 def build_scorer(config: ScorerConfig, trained: TrainedAnswerScorer | None = None) -> Scorer:

@@ -92,3 +92,67 @@ def test_build_scorer_follows_the_config() -> None:
     assert isinstance(build_scorer(AgreementScorer(kind="agreement")), Agreement)
     custom = _scorer_with("bias", 1.0)
     assert build_scorer(TrainedScorer(kind="trained"), custom) is custom
+
+
+def _step_scorer(token: str, weight: float) -> TrainedAnswerScorer:
+    """A step scorer with one non-zero context weight, on the bucket of `token`."""
+    import zlib
+
+    from router.answer_features import CONTEXT_BUCKETS
+
+    cw = [0.0] * CONTEXT_BUCKETS
+    cw[zlib.crc32(token.encode()) % CONTEXT_BUCKETS] = weight
+    return TrainedAnswerScorer(weights=(0.0,) * N_FEATURES, context_weights=tuple(cw))
+
+
+def _at(tier: int, text: str) -> Answer:
+    return Answer(Call(tier), text=text)
+
+
+def test_context_features_live_in_their_own_block_and_see_the_other_answers() -> None:
+    from router.answer_features import CONTEXT_BUCKETS, context_features
+
+    agree = context_features(Q, "A", 1, [(0, "A) red")])
+    disagree = context_features(Q, "A", 1, [(0, "B")])
+    assert all(N_FEATURES <= i < N_FEATURES + CONTEXT_BUCKETS for i in agree)
+    assert agree == context_features(Q, "A", 1, [(0, "A) red")])
+    assert agree != disagree
+    # The tier that answered is part of the context: a step scorer is trained for one tier list.
+    assert context_features(Q, "A", 0, [(1, "A")]) != context_features(Q, "A", 1, [(0, "A")])
+
+
+def test_step_scorer_scores_an_answer_by_what_the_other_answers_say() -> None:
+    s = _step_scorer("c:tier:1|n:1|agree:1", 3.0)
+    assert s.uses_context
+    agreed = s.score(Q, _at(1, "A"), [_at(0, "A) red")])
+    assert agreed > 0.95
+    assert s.score(Q, _at(1, "A"), [_at(0, "B")]) == 0.5
+    assert s.score(Q, _at(0, "A"), [_at(1, "A")]) == 0.5  # same texts, other tier: not the trained context
+    # Format 1 ignores the context entirely.
+    plain = _scorer_with("bias", 0.0)
+    assert not plain.uses_context
+    assert plain.score(Q, _at(1, "A"), [_at(0, "A")]) == plain.score(Q, _at(1, "A"), [])
+
+
+def test_step_artifact_round_trip_and_corrupt_context(tmp_path: Path) -> None:
+    s = _step_scorer("c:bias|choice", -1.5)
+    path = tmp_path / "step.json"
+    path.write_text(s.to_json({"tiers": ["a", "b", "c"]}))
+    assert json.loads(path.read_text())["format"] == "llmgw-answer-scorer/2"
+    loaded = TrainedAnswerScorer.load(path)
+    assert loaded.context_weights == s.context_weights and loaded.weights == s.weights
+    body = json.loads(path.read_text())
+    body["context_weights"] = body["context_weights"][:-1]
+    path.write_text(json.dumps(body))
+    with pytest.raises(ScorerArtifactError, match="context_weights must be"):
+        TrainedAnswerScorer.load(path)
+    body["format"] = "llmgw-answer-scorer/9"
+    path.write_text(json.dumps(body))
+    with pytest.raises(ScorerArtifactError, match="not an answer-scorer artifact"):
+        TrainedAnswerScorer.load(path)
+
+
+def test_a_bare_artifact_name_is_a_shipped_one() -> None:
+    assert TrainedAnswerScorer.load("answer_scorer.json").weights == TrainedAnswerScorer.load().weights
+    with pytest.raises(ScorerArtifactError, match="router/scorer_artifacts/nope.json: cannot read"):
+        TrainedAnswerScorer.load("nope.json")
