@@ -2,7 +2,7 @@
 
     llmgw cascade eval --config POLICY.yaml --data FILE [FILE ...] [--alias NAME] [--decisions-out FILE]
                        [--out DIR] [--weak MODEL] [--folds K] [--target-cost SHARE] [--select-tiers]
-    llmgw cascade train-scorer --data FILE [FILE ...] --out FILE
+    llmgw cascade train-scorer --data FILE [FILE ...] --out FILE [--config POLICY.yaml --alias NAME]
 
 `--config` is a gateway policy YAML: the alias's `route.policy.tiers` name pools whose `model` is a
 model of the dataset, so the same file drives the gateway against replaying simulators. Quality and
@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from eval.routing.cascade_eval import CascadeEvalError, CvResult, Summary
+from router.config import RoutingPolicy
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -40,6 +41,20 @@ def register(parser: argparse.ArgumentParser) -> None:
     )
     ev.add_argument("--no-fit", action="store_true", help="use the YAML's thresholds as they are")
     ev.add_argument(
+        "--scorer",
+        choices=["auto", "answer", "step"],
+        default="auto",
+        help="what to train per fold for a trained scorer: answer-only (format 1) or a step scorer of "
+        "the alias (format 2); auto: the format of the configured artifact",
+    )
+    ev.add_argument(
+        "--inner-folds",
+        type=int,
+        default=0,
+        help="fit the threshold on out-of-fold scores from this many inner folds (0: on the training "
+        "rows' own scores)",
+    )
+    ev.add_argument(
         "--as-configured",
         action="store_true",
         help="replay exactly what the gateway runs (YAML thresholds, shipped scorer artifact; no folds, "
@@ -51,6 +66,10 @@ def register(parser: argparse.ArgumentParser) -> None:
     tr.add_argument("--data", required=True, nargs="+")
     tr.add_argument("--out", required=True, help="artifact path (JSON)")
     tr.add_argument("--models", nargs="*", help="train on these models' responses only (default: all)")
+    tr.add_argument(
+        "--config", help="with --alias: train a step scorer (format 2) for this gateway YAML's alias"
+    )
+    tr.add_argument("--alias", help="the routed alias a step scorer is trained for")
     tr.set_defaults(func=run_train)
 
 
@@ -69,6 +88,18 @@ def _load_difficulty(path: str) -> dict[str, float]:
                     raise CascadeEvalError(f"{path}:{lineno}: expected {{'id': str, 'difficulty': number}}")
                 out[obj["id"]] = float(obj["difficulty"])
     return out
+
+
+def _step_scorer(choice: str, routing: RoutingPolicy) -> bool:
+    """Whether cross-validation trains step scorers: as asked, or like the configured artifact."""
+    if choice != "auto":
+        return choice == "step"
+    from router.config import TrainedScorer
+    from router.scorers import TrainedAnswerScorer
+
+    scorers = routing.cascade.scorers if routing.cascade else ()
+    cfg = next((s for s in scorers if isinstance(s, TrainedScorer)), None)
+    return cfg is not None and TrainedAnswerScorer.load(cfg.artifact).uses_context
 
 
 def run_eval(args: argparse.Namespace) -> int:
@@ -116,6 +147,8 @@ def run_eval(args: argparse.Namespace) -> int:
                 fit_threshold=not args.no_fit,
                 select_tiers=args.select_tiers,
                 difficulty=difficulty,
+                step_scorer=_step_scorer(args.scorer, routing),
+                inner_folds=args.inner_folds,
             )
     except (RoutingDataError, CascadeEvalError, OSError, ValueError) as exc:
         return _fail(str(exc))
@@ -191,15 +224,33 @@ def _report_text(
 
 
 def run_train(args: argparse.Namespace) -> int:
-    from eval.routing.data import RoutingDataError, load_rows
-    from eval.routing.scorer_train import describe, train_scorer
+    from eval.routing.data import RoutingDataError, load_rows, rows_with_models
+    from eval.routing.scorer_train import describe, train_scorer, train_step_scorer
+    from gateway.config import ConfigError, load_policy
 
+    meta: dict[str, object] = {"models": args.models or "all"}
     try:
         rows = load_rows(args.data)
-        scorer = train_scorer(rows, models=args.models or None)
-    except (RoutingDataError, ValueError) as exc:
+        if args.config:
+            gw = load_policy(args.config)
+            alias = next((m for m in gw.models if m.name == args.alias and m.route.policy), None)
+            if alias is None or alias.route.policy is None:
+                return _fail(f"{args.config}: no routed alias {args.alias!r} (--alias)")
+            pool_models = {p.name: p.model for p in gw.pools}
+            tier_models = [pool_models[t.pool] for t in alias.route.policy.tiers]
+            rows, _ = rows_with_models(rows, tier_models)
+            extra = sorted({m for r in rows for m in r.outcomes} - set(tier_models))
+            scorer = train_step_scorer(
+                rows, alias.route.policy, tier_models, extra_models=args.models or extra
+            )
+            # The tier indices the scorer learned refer to this tier list: record it with the weights.
+            meta["tiers"] = [t.pool for t in alias.route.policy.tiers]
+            meta["alias"] = alias.name
+        else:
+            scorer = train_scorer(rows, models=args.models or None)
+    except (RoutingDataError, ConfigError, ValueError) as exc:
         return _fail(str(exc))
-    meta = {"data": [Path(d).name for d in args.data], "rows": len(rows), "models": args.models or "all"}
+    meta |= {"data": [Path(d).name for d in args.data], "rows": len(rows)}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(scorer.to_json(meta) + "\n", encoding="utf-8")

@@ -24,14 +24,18 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from eval.routing.data import Row, kfold_indices
-from eval.routing.scorer_train import FeatureCache, train_scorer
+from eval.routing.scorer_train import FeatureCache, train_scorer, train_step_scorer
 from router.cascade import Accept, Cascade, Escalate, Fail
 from router.config import AgreementScorer, LogprobScorer, RoutingPolicy, Tier, TrainedScorer
 from router.plan import Answer, EscalationReason, Plan
 from router.policy import plan_route
 from router.scorers import Scorer, TrainedAnswerScorer
 
-THRESHOLD_GRID: tuple[float, ...] = tuple(round(0.025 * i, 3) for i in range(40))
+# Step 0.025, and 0.005 above 0.9: a trained scorer's probabilities crowd near 1 when the cheap answers
+# are mostly right (ARC), and a coarse grid there leaves several points of the cost budget unused.
+THRESHOLD_GRID: tuple[float, ...] = tuple(round(0.025 * i, 3) for i in range(36)) + tuple(
+    round(0.9 + 0.005 * i, 3) for i in range(20)
+)
 
 
 class CascadeEvalError(ValueError):
@@ -89,14 +93,15 @@ class _Memo:
     """Caches a deterministic scorer's results within one evaluation (the decisions do not change)."""
 
     inner: Scorer
-    cache: dict[tuple[str, str, tuple[str, ...]], float] = field(default_factory=dict)
+    # Keyed by tiers too: a step scorer scores the same text differently from another tier.
+    cache: dict[tuple[str, int, str, tuple[tuple[int, str], ...]], float] = field(default_factory=dict)
 
     @property
     def reject_reason(self) -> EscalationReason:
         return self.inner.reject_reason
 
     def score(self, prompt: str, answer: Answer, others: Sequence[Answer]) -> float:
-        key = (prompt, answer.text, tuple(o.text for o in others))
+        key = (prompt, answer.call.tier, answer.text, tuple((o.call.tier, o.text) for o in others))
         if key not in self.cache:
             self.cache[key] = self.inner.score(prompt, answer, others)
         return self.cache[key]
@@ -241,8 +246,17 @@ def cross_validate(
     select_tiers: bool = False,
     difficulty: Mapping[str, float] | None = None,
     scorer_models: Sequence[str] | None = None,
+    step_scorer: bool = False,
+    inner_folds: int = 0,
 ) -> CvResult:
-    """Fit on k-1 folds, replay the held-out fold; see the module docstring."""
+    """Fit on k-1 folds, replay the held-out fold; see the module docstring.
+
+    `step_scorer`: the trained scorer is a step scorer of the alias (scorer_train.train_step_scorer),
+    with every other model's responses (or `scorer_models`') as answer-only examples.
+    `inner_folds` > 1: the threshold is fitted on out-of-fold scores within the training folds (each
+    inner part scored by a scorer that did not see it), not on the training rows' own, overconfident,
+    scores; the fold's scorer is then trained on all its training rows.
+    """
     strong_pool = routing.tiers[-1].pool
     strong = pool_models[strong_pool]
     n_cheap = len(routing.tiers) - 1
@@ -253,6 +267,16 @@ def cross_validate(
         tier_sets = [tuple(t.pool for t in routing.tiers)]
     trainable = _trained_index(routing) is not None
     cache: FeatureCache = {}
+    all_models = sorted({m for r in rows for m in r.outcomes})
+
+    def fit(train: Sequence[Row], policy: RoutingPolicy, models: list[str]) -> TrainedAnswerScorer | None:
+        if not trainable:
+            return None
+        if step_scorer:
+            extra = [m for m in (scorer_models or all_models) if m not in models]
+            return train_step_scorer(train, policy, models, cache, extra_models=extra)
+        return train_scorer(train, cache, models=scorer_models)
+
     decisions: list[RowDecision] = []
     fits: list[FoldFit] = []
     for fold, (train_idx, test_idx) in enumerate(kfold_indices(rows, k)):
@@ -260,7 +284,6 @@ def cross_validate(
         test = [rows[i] for i in test_idx]
         if not test:
             continue
-        trained = train_scorer(train, cache, models=scorer_models) if trainable else None
         strong_cost = sum(r.outcomes[strong].cost_usd or 0.0 for r in train)
         cuts = _fold_cuts(routing, difficulty, train)
         grid: Sequence[float | None] = THRESHOLD_GRID if (trainable and fit_threshold) else (None,)
@@ -270,13 +293,26 @@ def cross_validate(
             pools = (*sorted(pools[:-1], key=lambda p: _mean_cost(train, pool_models[p])), pools[-1])
             policy = _with_tiers(routing, pools)
             models = [pool_models[p] for p in pools]
-            memo = memoized(Cascade.from_config(policy.cascade, trained))
-            for thr in grid:
-                dec = replay(
-                    train, policy, models, _cascade_for(policy, trained, thr, memo), difficulty, cuts
-                )
-                quality = sum(d.quality for d in dec) / len(dec)
-                share = sum(d.cost_usd for d in dec) / strong_cost if strong_cost else math.nan
+            if inner_folds > 1 and trainable and len(grid) > 1:
+                inner = kfold_indices(train, inner_folds, salt="inner")
+                parts = [([train[i] for i in a], [train[i] for i in b]) for a, b in inner]
+            else:
+                parts = [(train, train)]
+            totals = {thr: [0.0, 0.0] for thr in grid}  # threshold -> [quality sum, cost sum]
+            for fit_rows, score_rows in parts:
+                if not score_rows:
+                    continue
+                trained = fit(fit_rows, policy, models)
+                memo = memoized(Cascade.from_config(policy.cascade, trained))
+                for thr in grid:
+                    dec = replay(
+                        score_rows, policy, models, _cascade_for(policy, trained, thr, memo), difficulty, cuts
+                    )
+                    totals[thr][0] += sum(d.quality for d in dec)
+                    totals[thr][1] += sum(d.cost_usd for d in dec)
+            for thr, (q_sum, c_sum) in totals.items():
+                quality = q_sum / len(train)
+                share = c_sum / strong_cost if strong_cost else math.nan
                 within = share <= target_cost_share
                 # Best quality within budget; if nothing fits, the cheapest candidate.
                 key = (quality if within else -share, -share)
@@ -286,6 +322,7 @@ def cross_validate(
         _, _, pools, thr = best
         policy = _with_tiers(routing, pools)
         models = [pool_models[p] for p in pools]
+        trained = fit(train, policy, models)
         train_dec = replay(train, policy, models, _cascade_for(policy, trained, thr, None), difficulty, cuts)
         fits.append(
             FoldFit(
@@ -299,7 +336,6 @@ def cross_validate(
             )
         )
         test_dec = replay(test, policy, models, _cascade_for(policy, trained, thr, None), difficulty, cuts)
-        # Report tier indices against the configured tier list's order of the chosen pools.
         decisions += [_with_fold(d, fold) for d in test_dec]
     order = {r.id: i for i, r in enumerate(rows)}
     decisions.sort(key=lambda d: order[d.id])
