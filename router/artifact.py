@@ -170,7 +170,7 @@ def _load_head(root: Path, head_path: Path, specs: list[Any], dim: int) -> Head:
             cdf_share=arrays["cdf_share"].astype(np.float64),
         )
         # One probe row through the whole head catches shape mismatches at load, not on a request.
-        check = head.difficulty(np.zeros((1, dim), dtype=np.float32))
+        check = head.difficulty(np.zeros((1, dim), dtype=np.float32), [""])
     except RouterArtifactError:
         raise
     except (KeyError, TypeError, ValueError, IndexError) as exc:

@@ -159,7 +159,7 @@ class DifficultyModel:
         if not texts:
             return []
         emb = self.encoder.embed(texts, self.artifact.max_tokens)
-        values = self.artifact.head.difficulty(emb)
+        values = self.artifact.head.difficulty(emb, texts)
         return [float(v) for v in np.asarray(values, dtype=np.float64)]
 
     def score_sync(self, text: str) -> float:

@@ -13,6 +13,8 @@ ranks "weak right, strong wrong" prompts last and has lower variance than a bina
   about a topic absent from training. Keys are stored in a PCA projection as int8 (artifact size) and
   expanded to float32 at load (one matrix-vector product per request, well under a millisecond).
 - `linear`: ridge regression on the embedding (within-topic signal, heavily regularized).
+- `lexical`: ridge on hashed word uni+bigrams of the text itself (router/lexical.py): the words of
+  the whole question, which the short encoder tail does not see.
 
 The difficulty is a percentile of the training distribution, so the threshold for a target strong share
 x is simply the (1 - x) quantile; the manifest stores those thresholds (calibration) and the gateway
@@ -28,6 +30,8 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from router.lexical import LexicalComponent
+
 F32 = npt.NDArray[np.float32]
 F64 = npt.NDArray[np.float64]
 
@@ -36,7 +40,7 @@ class Component(Protocol):
     @property
     def kind(self) -> str: ...
 
-    def predict(self, emb: F32) -> F64: ...
+    def predict(self, emb: F32, texts: Sequence[str]) -> F64: ...
 
     def arrays(self, prefix: str) -> dict[str, npt.NDArray[Any]]: ...
 
@@ -89,7 +93,7 @@ class KnnComponent:
     ks: tuple[int, ...]
     kind: str = "knn"
 
-    def predict(self, emb: F32) -> F64:
+    def predict(self, emb: F32, texts: Sequence[str] = ()) -> F64:
         q = self.projection.apply(emb)
         n = self.keys.shape[0]
         ks = sorted({min(k, n) for k in self.ks})
@@ -158,7 +162,7 @@ class LinearComponent:
     bias: float
     kind: str = "linear"
 
-    def predict(self, emb: F32) -> F64:
+    def predict(self, emb: F32, texts: Sequence[str] = ()) -> F64:
         return ((emb - self.mean) @ self.weights).astype(np.float64) + self.bias
 
     def arrays(self, prefix: str) -> dict[str, npt.NDArray[Any]]:
@@ -188,7 +192,11 @@ def fit_ridge(emb: F32, target: F64, alpha: float) -> LinearComponent:
     )
 
 
-COMPONENT_TYPES: dict[str, Any] = {"knn": KnnComponent, "linear": LinearComponent}
+COMPONENT_TYPES: dict[str, Any] = {
+    "knn": KnnComponent,
+    "linear": LinearComponent,
+    "lexical": LexicalComponent,
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -201,14 +209,15 @@ class Head:
     cdf_raw: F64
     cdf_share: F64
 
-    def raw(self, emb: F32) -> F64:
+    def raw(self, emb: F32, texts: Sequence[str]) -> F64:
+        """`emb[i]` is the embedding of `texts[i]` (the lexical component reads the text itself)."""
         total = np.zeros(emb.shape[0], dtype=np.float64)
         for comp, c, s, w in zip(self.components, self.centers, self.scales, self.weights, strict=True):
-            total += w * (comp.predict(emb) - c) / s
+            total += w * (comp.predict(emb, texts) - c) / s
         return total
 
-    def difficulty(self, emb: F32) -> F64:
-        return to_share(self.raw(emb), self.cdf_raw, self.cdf_share)
+    def difficulty(self, emb: F32, texts: Sequence[str]) -> F64:
+        return to_share(self.raw(emb, texts), self.cdf_raw, self.cdf_share)
 
     def thresholds(self, shares: Sequence[float]) -> dict[float, float]:
         """Strong share x -> the difficulty above which a prompt goes to the strong model."""

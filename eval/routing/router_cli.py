@@ -38,6 +38,7 @@ def register(parser: argparse.ArgumentParser) -> None:
     t.add_argument("--k", nargs="+", type=int, default=[50, 100, 200, 400, 800], help="kNN sizes averaged")
     t.add_argument("--rank", type=int, default=96, help="PCA rank of the kNN keys")
     t.add_argument("--alpha", type=float, default=100.0, help="ridge regularization")
+    t.add_argument("--lexical-alpha", type=float, default=10.0, help="ridge regularization of the word model")
     t.add_argument("--folds", type=int, default=5)
     t.add_argument("--name", default="difficulty")
     t.add_argument("--no-cache", action="store_true", help="do not read or write the embedding cache")
@@ -82,6 +83,7 @@ def _train(args: argparse.Namespace) -> int:
         ks=tuple(args.k),
         rank=args.rank,
         alpha=args.alpha,
+        lexical_alpha=args.lexical_alpha,
         folds=args.folds,
         name=args.name,
     )

@@ -6,6 +6,7 @@ which APGR rewards (design doc 007: +0.03-0.05 task-held-out APGR over the binar
 
 Head (hyper-parameters chosen on cross-validation, never on mmlu_dev; design doc 008):
   2 x z(kNN gain, averaged over k = 50..800, cosine in a 96-d PCA space)  +  1 x z(ridge gain, alpha=100)
+  + 1 x z(ridge gain on hashed TF-IDF word uni+bigrams of the text, alpha=10)
 
 Steps:
 1. load the files, keep rows with both models, drop repeated prompts and prompts that appear in any
@@ -37,6 +38,7 @@ from router.artifact import sha256_file, write_artifact
 from router.difficulty import request_text
 from router.encoder import Embeddings, Encoder
 from router.head import Component, Head, empirical_cdf, fit_knn, fit_ridge
+from router.lexical import fit_lexical
 
 DEFAULT_SHARES = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 
@@ -51,6 +53,8 @@ class TrainConfig:
     alpha: float = 100.0
     knn_weight: float = 2.0
     linear_weight: float = 1.0
+    lexical_alpha: float = 10.0
+    lexical_weight: float = 1.0
     folds: int = 5
     name: str = "difficulty"
 
@@ -58,6 +62,7 @@ class TrainConfig:
 @dataclass(frozen=True, slots=True)
 class TrainingSet:
     rows: tuple[Row, ...]
+    texts: tuple[str, ...]
     embeddings: Embeddings
     gain: FloatArray
     dropped: dict[str, int] = field(default_factory=dict)
@@ -105,28 +110,36 @@ def prepare(
     if len(kept) < 2 * cfg.folds:
         raise ValueError(f"need at least {2 * cfg.folds} usable rows to train, got {len(kept)} ({dropped})")
     pair = pair_outcomes(kept, cfg.strong, cfg.weak)
-    emb = embed_texts(encoder, row_texts(kept), cfg.max_tokens, cache_dir=cache_dir, progress=progress)
-    return TrainingSet(rows=kept, embeddings=emb, gain=pair.strong_score - pair.weak_score, dropped=dropped)
+    texts = tuple(row_texts(kept))
+    emb = embed_texts(encoder, texts, cfg.max_tokens, cache_dir=cache_dir, progress=progress)
+    gain = pair.strong_score - pair.weak_score
+    return TrainingSet(rows=kept, texts=texts, embeddings=emb, gain=gain, dropped=dropped)
 
 
-def fit_components(emb: Embeddings, gain: FloatArray, cfg: TrainConfig) -> list[Component]:
-    return [fit_knn(emb, gain, cfg.ks, cfg.rank), fit_ridge(emb, gain, cfg.alpha)]
+def fit_components(ts: TrainingSet, idx: np.ndarray, cfg: TrainConfig) -> list[Component]:
+    emb, gain = ts.embeddings[idx], ts.gain[idx]
+    return [
+        fit_knn(emb, gain, cfg.ks, cfg.rank),
+        fit_ridge(emb, gain, cfg.alpha),
+        fit_lexical([ts.texts[i] for i in idx], gain, cfg.lexical_alpha),
+    ]
 
 
-def _weights(cfg: TrainConfig) -> tuple[float, float]:
-    return (cfg.knn_weight, cfg.linear_weight)
+def _weights(cfg: TrainConfig) -> tuple[float, float, float]:
+    return (cfg.knn_weight, cfg.linear_weight, cfg.lexical_weight)
 
 
 def _oof(ts: TrainingSet, cfg: TrainConfig, group_by_task: bool) -> tuple[np.ndarray, list[np.ndarray]]:
     """Out-of-fold predictions, (rows, components), and the test indices of each non-empty fold."""
-    preds = np.zeros((len(ts.rows), 2), dtype=np.float64)
+    preds = np.zeros((len(ts.rows), len(_weights(cfg))), dtype=np.float64)
     tests: list[np.ndarray] = []
     for train_idx, test_idx in kfold_indices(ts.rows, cfg.folds, group_by_task=group_by_task):
         if len(test_idx) == 0 or len(train_idx) == 0:
             continue
-        comps = fit_components(ts.embeddings[train_idx], ts.gain[train_idx], cfg)
+        comps = fit_components(ts, train_idx, cfg)
+        test_texts = [ts.texts[i] for i in test_idx]
         for j, comp in enumerate(comps):
-            preds[test_idx, j] = comp.predict(ts.embeddings[test_idx])
+            preds[test_idx, j] = comp.predict(ts.embeddings[test_idx], test_texts)
         tests.append(test_idx)
     return preds, tests
 
@@ -175,7 +188,7 @@ def fit_head(ts: TrainingSet, cfg: TrainConfig) -> tuple[Head, dict[str, Any]]:
         tpreds, ttests = _oof(ts, cfg, group_by_task=True)
         cv["task"] = _summary(_fold_apgr(ts, _combine(tpreds, ttests, cfg), ttests, cfg))
     head = Head(
-        components=tuple(fit_components(ts.embeddings, ts.gain, cfg)),
+        components=tuple(fit_components(ts, np.arange(len(ts.rows)), cfg)),
         centers=tuple(float(c) for c in centers),
         scales=tuple(float(s) for s in scales),
         weights=_weights(cfg),

@@ -40,15 +40,15 @@ def test_empty_text(model: DifficultyModel) -> None:
 
 def test_100k_token_text_is_truncated_not_an_error(model: DifficultyModel) -> None:
     huge = "lorem ipsum dolor sit amet " * 25_000  # ~100k+ word pieces
-    tail_only = "lorem ipsum dolor sit amet " * 40
+    tail_only = "lorem ipsum dolor sit amet " * 200  # longer than every component reads
     assert model.score_sync(huge) == pytest.approx(model.score_sync(tail_only), abs=1e-6)
     assert len(model.encoder.token_ids(huge, model.max_tokens)) == model.max_tokens
 
 
 def test_only_the_tail_counts(model: DifficultyModel) -> None:
     """Few-shot boilerplate in front must not change the score once it is outside the token budget."""
-    # Longer than the token budget on its own, so the boilerplate falls outside it.
-    question = " Which gas do plants absorb from the air during photosynthesis, and why?" * 8 + "\nAnswer:"
+    # Longer than what the encoder and the word model read, so the boilerplate falls outside both.
+    question = " Which gas do plants absorb from the air during photosynthesis, and why?" * 50 + "\nAnswer:"
     boiler_a = "Example: the sky is blue. " * 200
     boiler_b = "Example: water is wet. " * 200
     assert model.score_sync(boiler_a + question) == pytest.approx(
