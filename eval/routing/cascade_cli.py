@@ -3,6 +3,7 @@
     llmgw cascade eval --config POLICY.yaml --data FILE [FILE ...] [--alias NAME] [--decisions-out FILE]
                        [--out DIR] [--weak MODEL] [--folds K] [--target-cost SHARE] [--select-tiers]
     llmgw cascade train-scorer --data FILE [FILE ...] --out FILE [--config POLICY.yaml --alias NAME]
+    llmgw cascade pool REPORT [REPORT ...]
 
 `--config` is a gateway policy YAML: the alias's `route.policy.tiers` name pools whose `model` is a
 model of the dataset, so the same file drives the gateway against replaying simulators. Quality and
@@ -71,6 +72,9 @@ def register(parser: argparse.ArgumentParser) -> None:
     )
     tr.add_argument("--alias", help="the routed alias a step scorer is trained for")
     tr.set_defaults(func=run_train)
+    po = sub.add_parser("pool", help="pool several `cascade eval --out` reports (disjoint rows)")
+    po.add_argument("reports", nargs="+", help="report.json files or the directories holding them")
+    po.set_defaults(func=run_pool)
 
 
 def _fail(msg: str) -> int:
@@ -255,4 +259,18 @@ def run_train(args: argparse.Namespace) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(scorer.to_json(meta) + "\n", encoding="utf-8")
     print(f"wrote {out} ({out.stat().st_size} bytes); largest dense weights: {describe(scorer)}")
+    return 0
+
+
+def run_pool(args: argparse.Namespace) -> int:
+    """One alias per task, each evaluated on its own file: the figures over all their rows together."""
+    from eval.routing.cascade_report import pool_reports
+
+    paths = [Path(r) / "report.json" if Path(r).is_dir() else Path(r) for r in args.reports]
+    try:
+        strong, weak, pooled = pool_reports(paths)
+    except (CascadeEvalError, OSError, ValueError, KeyError) as exc:
+        return _fail(str(exc))
+    print(f"{len(paths)} reports pooled; strong = {strong}, weak reference = {weak}")
+    print(_line("pooled", pooled))
     return 0

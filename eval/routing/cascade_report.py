@@ -1,4 +1,5 @@
-"""Files written by `llmgw cascade eval --out DIR`: report.json and a cost-quality plot.
+"""Files written by `llmgw cascade eval --out DIR`: report.json and a cost-quality plot; and pooling
+several such reports (`llmgw cascade pool`), e.g. one alias per task answering its own file.
 
 The plot (eval/routing/plot.py) puts the cross-validated cascade, pooled and per task, among the
 single-model points of every model the evaluation used, with cost as % of strong-only so that files
@@ -11,8 +12,9 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
-from eval.routing.cascade_eval import CvResult, Summary
+from eval.routing.cascade_eval import CascadeEvalError, CvResult, Summary
 from eval.routing.data import Row, tier_outcomes
 from eval.routing.metrics import CostQuality, single_model_points
 from eval.routing.plot import plot_cost_quality
@@ -67,3 +69,43 @@ def write_report(
         title="Cascade vs single models (pooled rows)",
         cost_label="cost (% of strong-only)",
     )
+
+
+def pool_reports(paths: Sequence[Path]) -> tuple[str, str, Summary]:
+    """(strong, weak, pooled summary) of several report.json files over disjoint rows: sums of costs,
+    row-weighted qualities. The gap recovered needs one reference pair, so strong and weak must match."""
+    parts: list[dict[str, Any]] = []  # JSON objects as written by write_report
+    refs: set[tuple[str, str]] = set()
+    for path in paths:
+        report = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(report, dict) or not isinstance(report.get("overall"), dict):
+            raise CascadeEvalError(f"{path}: not a report.json of llmgw cascade eval")
+        refs.add((str(report["strong"]), str(report["weak"])))
+        parts.append(report["overall"])
+    if len(refs) != 1:
+        raise CascadeEvalError(f"reports use different (strong, weak) references: {sorted(refs)}")
+    (strong, weak) = refs.pop()
+    n = sum(int(p["n"]) for p in parts)
+
+    def weighted(key: str) -> float:
+        return sum(float(p[key]) * int(p["n"]) for p in parts) / n
+
+    shares: dict[str, float] = {}
+    escalations: dict[str, int] = {}
+    for p in parts:
+        for pool, share in dict(p["tier_share"]).items():
+            shares[pool] = shares.get(pool, 0.0) + float(share) * int(p["n"]) / n
+        for reason, count in dict(p["escalations"]).items():
+            escalations[reason] = escalations.get(reason, 0) + int(count)
+    summary = Summary(
+        n=n,
+        quality=weighted("quality"),
+        cost_usd=sum(float(p["cost_usd"]) for p in parts),
+        strong_quality=weighted("strong_quality"),
+        strong_cost_usd=sum(float(p["strong_cost_usd"]) for p in parts),
+        weak_quality=weighted("weak_quality"),
+        tier_share=shares,
+        escalations=dict(sorted(escalations.items())),
+        escalated_rows=sum(int(p["escalated_rows"]) for p in parts),
+    )
+    return strong, weak, summary
