@@ -77,7 +77,7 @@ async def _ticker(lags: list[float], stop: asyncio.Event, period: float = 0.001)
 
 
 async def run_rate(
-    model: Any, prompts: list[str], rate: float, callers: int, seconds: float
+    model: Any, prompts: list[str], rate: float, callers: int, seconds: float, tick: float = 0.001
 ) -> dict[str, Any]:
     threshold = model.thresholds.get(0.3, 0.7)
     latencies: list[float] = []
@@ -96,7 +96,7 @@ async def run_rate(
             _strong = difficulty >= threshold  # the decision the gateway makes
             latencies.append(time.perf_counter() - t0)
 
-    ticker = asyncio.create_task(_ticker(lags, stop))
+    ticker = asyncio.create_task(_ticker(lags, stop, tick))
     started = time.perf_counter()
     cpu_started = time.process_time()
     await asyncio.gather(*(caller(i) for i in range(callers)))
@@ -171,6 +171,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--cpu", type=int, default=0, help="the one CPU to pin to")
     parser.add_argument("--max-prompt-tokens", type=int, default=512)
+    parser.add_argument(
+        "--tick-ms", type=float, default=1.0, help="loop-lag ticker period (it costs CPU too)"
+    )
     parser.add_argument("--out", type=Path, default=Path("bench-results/router-serving.json"))
     args = parser.parse_args(argv)
     _pin(args.cpu)
@@ -196,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
         results = []
         for rate in args.rates:
             cpu_costs.clear()
-            r = asyncio.run(run_rate(model, prompts, rate, args.callers, args.seconds))
+            r = asyncio.run(run_rate(model, prompts, rate, args.callers, args.seconds, args.tick_ms / 1000))
             cost_ms = [x * 1000 for x in cpu_costs]
             r["cpu_per_decision_p50_ms"] = round(_pct(cost_ms, 50), 2)
             r["cpu_per_decision_p99_ms"] = round(_pct(cost_ms, 99), 2)
