@@ -17,15 +17,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
 from time import perf_counter
-from typing import Any, TypeVar
+from typing import Any
 
 import aiohttp
 import orjson
 
 from gateway.admission import Admissions, Ticket
 from gateway.auth import Authenticator
+from gateway.calls import UPSTREAM_FAILURES, PoolCalls
 from gateway.cascade_run import CascadeRunner, Decided
 from gateway.config import Policy
 from gateway.errors import (
@@ -36,9 +36,7 @@ from gateway.errors import (
     PermissionDeniedError,
     RequestTooLargeError,
     UpstreamError,
-    UpstreamTimeoutError,
     UpstreamUnavailableError,
-    from_upstream,
 )
 from gateway.exchange import (
     ClientGone,
@@ -55,8 +53,7 @@ from gateway.normalize import Kind, alias_of, estimate_input_tokens, parse_body,
 from gateway.route import Route
 from gateway.routing import RoutedAlias
 from gateway.sse import DONE, SSESplitter
-from gateway.upstream import PATHS, RETRY_STATUSES, PoolClient, classify, no_capacity
-from pools.pool import NoCapacity
+from gateway.upstream import PoolClient
 from pools.replica import Replica
 
 _JSON_HEADERS = [(b"content-type", b"application/json")]
@@ -65,13 +62,8 @@ _SSE_HEADERS = [
     (b"cache-control", b"no-cache"),
     (b"x-accel-buffering", b"no"),  # tell nginx-style proxies in front of us not to buffer the stream
 ]
-_UPSTREAM_FAILURES = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
-# Failures after which the request may go to another replica (a timeout is not retried: the
-# client has already waited a full timeout).
-_RETRY_KINDS = frozenset({"connect", "disconnect", "client_error"})
 # Held requests (pool admission) are served by tier priority, then in arrival order.
 _PRIORITY = {"premium": 1, "standard": 0}
-_T = TypeVar("_T")
 _SHUTDOWN_TAIL = (
     b"data: "
     + UpstreamUnavailableError("the gateway is shutting down; retry the request").body()
@@ -110,13 +102,13 @@ class Relay:
         }
         for name, ra in (routed or {}).items():
             metrics.router_fallback.labels(name).set(1 if ra.fallback else 0)
-        self._session = session
         self._metrics = metrics
         self._max_body = max_body_bytes
         self._auth = auth
         self._admissions = admissions
         self._bytes_per_token = policy.limits.input_bytes_per_token
         self._ids = ids
+        self._calls = PoolCalls(session, metrics)
         self._cascades = CascadeRunner(metrics, self._call_unary)
 
     async def _decide(self, kind: Kind, alias: str, body: dict[str, Any], h: RequestHeaders) -> Decided:
@@ -162,11 +154,7 @@ class Relay:
         self, route: Route, payload: bytes, headers: dict[str, str], key: int | None, priority: int
     ) -> bytes:
         """One unary chat call on a route's pool, with its retries (a cascade step's call)."""
-        replica, data = await self._with_retries(
-            route, key, priority, lambda r: self._unary_attempt(route, Kind.CHAT, payload, headers, r)
-        )
-        route.pool.replicas.release(replica, "ok")
-        return data
+        return await self._calls.unary(route.pool, Kind.CHAT, payload, headers, key, priority)
 
     async def _read_body(self, content_length: bytes | None, receive: Receive) -> bytes:
         if content_length is not None:
@@ -292,80 +280,6 @@ class Relay:
                 perf_counter() - t0
             )
 
-    async def _acquire(self, route: Route, key: int | None, priority: int) -> Replica:
-        pool = route.pool
-        try:
-            return await pool.replicas.acquire(key, priority)
-        except NoCapacity as exc:
-            self._metrics.pool_rejections.labels(pool.config.name, exc.reason).inc()
-            raise no_capacity(exc) from None
-
-    async def _with_retries(
-        self, route: Route, key: int | None, priority: int, attempt: Callable[[Replica], Awaitable[_T]]
-    ) -> tuple[Replica, _T]:
-        """Run `attempt` on a replica; before the first byte, retry failures on other replicas.
-
-        Returns the replica that answered; the caller releases it. Retries stop at the pool's
-        attempt limit, when the retry budget is spent, or when no other replica is eligible.
-        """
-        replicas = route.pool.replicas
-        replica = await self._acquire(route, key, priority)
-        tried: list[Replica] = []
-        while True:
-            try:
-                return replica, await attempt(replica)
-            except _Failed as failed:
-                replicas.release(replica, failed.verdict)
-                tried.append(replica)
-                nxt = self._retry_target(route, key, tried) if failed.retry else None
-                if nxt is None:
-                    raise failed.error from None
-                replica = nxt
-            except BaseException:
-                replicas.release(replica, "neutral")
-                raise
-
-    def _retry_target(self, route: Route, key: int | None, tried: list[Replica]) -> Replica | None:
-        replicas = route.pool.replicas
-        name = route.pool.config.name
-        if len(tried) >= replicas.retries.attempts:
-            return None
-        if not replicas.may_retry():
-            self._metrics.retries.labels(name, "budget_exhausted").inc()
-            return None
-        replica = replicas.try_pick(key, exclude=tried)
-        self._metrics.retries.labels(name, "retried" if replica else "no_other_replica").inc()
-        return replica
-
-    def _failed(self, route: Route, exc: BaseException) -> _Failed:
-        err, kind = classify(exc, route.pool.config.name)
-        self._metrics.upstream_errors.labels(route.pool.config.name, kind).inc()
-        return _Failed(err, kind in _RETRY_KINDS, "fail")
-
-    def _refused(self, route: Route, status: int, data: bytes, retry_after: str | None) -> _Failed:
-        name = route.pool.config.name
-        self._metrics.upstream_errors.labels(name, f"status_{status // 100}xx").inc()
-        # 5xx is the replica failing (feeds its breaker); 4xx is about the request (or 429: busy).
-        verdict = "fail" if status >= 500 else "neutral" if status == 429 else "ok"
-        return _Failed(from_upstream(status, data, name, retry_after), status in RETRY_STATUSES, verdict)
-
-    async def _unary_attempt(
-        self, route: Route, kind: Kind, payload: bytes, headers: dict[str, str], replica: Replica
-    ) -> bytes:
-        pool = route.pool
-        try:
-            async with self._session.post(
-                replica.url(PATHS[kind]), data=payload, headers=headers, timeout=pool.timeout
-            ) as resp:
-                data = await resp.read()
-                status = resp.status
-                retry_after = resp.headers.get("retry-after")
-        except _UPSTREAM_FAILURES as exc:
-            raise self._failed(route, exc) from None
-        if status != 200:
-            raise self._refused(route, status, data, retry_after)
-        return data
-
     async def _unary(
         self,
         route: Route,
@@ -382,10 +296,7 @@ class Relay:
         pool = route.pool
         headers = {**pool.headers, "x-request-id": rid.decode()}
         overhead = perf_counter() - t0
-        replica, data = await self._with_retries(
-            route, key, priority, lambda r: self._unary_attempt(route, kind, payload, headers, r)
-        )
-        pool.replicas.release(replica, "ok")
+        data = await self._calls.unary(pool, kind, payload, headers, key, priority)
         t_back = perf_counter()
         try:
             parsed = orjson.loads(data)
@@ -418,58 +329,6 @@ class Relay:
         route.metrics.input_tokens.inc(req.usage_in)
         route.metrics.output_tokens.inc(req.usage_out)
 
-    async def _stream_attempt(
-        self,
-        route: Route,
-        kind: Kind,
-        payload: bytes,
-        headers: dict[str, str],
-        strip: tuple[bool, bool],
-        replica: Replica,
-    ) -> tuple[aiohttp.ClientResponse, bytes, SSESplitter]:
-        """POST and read up to the first event: nothing has reached the client yet."""
-        pool = route.pool
-        cfg = pool.config
-        splitter = SSESplitter(strip_usage=strip[0], strip_continuous=strip[1])
-        resp: aiohttp.ClientResponse | None = None
-        try:
-            try:
-                async with asyncio.timeout(cfg.timeouts.first_token_s):
-                    resp = await self._session.post(
-                        replica.url(PATHS[kind]), data=payload, headers=headers, timeout=pool.timeout
-                    )
-                    if resp.status != 200:
-                        data = await resp.read()
-                        raise self._refused(route, resp.status, data, resp.headers.get("retry-after"))
-                    first = b""
-                    while not first:
-                        chunk = await resp.content.readany()
-                        if not chunk:
-                            break
-                        first, _ = splitter.feed(chunk)
-            except TimeoutError:
-                self._metrics.upstream_errors.labels(cfg.name, "first_token_timeout").inc()
-                # Not retried: another full first-token wait would outlast what the client expects.
-                raise _Failed(
-                    UpstreamTimeoutError(
-                        f"pool '{cfg.name}' sent no token within {cfg.timeouts.first_token_s:g}s"
-                    ),
-                    False,
-                    "fail",
-                ) from None
-            except _UPSTREAM_FAILURES as exc:
-                raise self._failed(route, exc) from None
-            if not first:
-                self._metrics.upstream_errors.labels(cfg.name, "empty_stream").inc()
-                raise _Failed(
-                    UpstreamError(f"pool '{cfg.name}' ended the stream before sending anything"), True, "fail"
-                )
-        except BaseException:
-            if resp is not None:
-                resp.close()
-            raise
-        return resp, first, splitter
-
     async def _stream(
         self,
         route: Route,
@@ -497,9 +356,8 @@ class Relay:
         t_first = t_last = 0.0
         try:
             strip = (not client_usage, topup)
-            replica, (resp, first, splitter) = await self._with_retries(
-                route, key, priority, lambda r: self._stream_attempt(route, kind, payload, headers, strip, r)
-            )
+            opened = await self._calls.open_stream(pool, kind, payload, headers, strip, key, priority)
+            replica, resp, first, splitter = opened.replica, opened.resp, opened.first, opened.splitter
             t = perf_counter()
             await send(
                 {
@@ -541,9 +399,9 @@ class Relay:
                     tail = _error_event(UpstreamError(f"pool '{cfg.name}' ended the stream without [DONE]"))
                 elif splitter.saw_done:
                     verdict = "ok"
-            except _UPSTREAM_FAILURES as exc:
+            except UPSTREAM_FAILURES as exc:
                 verdict = "fail"
-                tail = _error_event(self._failed(route, exc).error)
+                tail = _error_event(self._calls.failed(pool, exc))
             except asyncio.CancelledError:
                 if not req.client_gone:
                     # Shutdown after the drain period: end the stream the way the client understands.
@@ -572,17 +430,6 @@ class Relay:
                     resp.release()
                 else:
                     resp.close()
-
-
-class _Failed(Exception):
-    """One attempt failed before the first byte: the caller's error, whether another replica may
-    be tried, and what it says about the replica (`fail` feeds its breaker)."""
-
-    def __init__(self, error: GatewayError, retry: bool, verdict: str) -> None:
-        super().__init__(error.message)
-        self.error = error
-        self.retry = retry
-        self.verdict = verdict
 
 
 def _produced(splitter: SSESplitter) -> int:

@@ -1,0 +1,212 @@
+"""Calling a pool: pick a replica, make one attempt, retry before the first byte.
+
+`PoolCalls` is what the relay (and a cascade step) uses to reach a pool. Everything here happens
+before the client has seen a byte, so every failure can still become a clean JSON error or a retry:
+an attempt that fails with a connect error, a disconnect, an empty stream or a 429/5xx answer is
+retried on a replica this request has not tried, up to the pool's attempt limit and within its
+retry budget; a timeout is not retried (the client already waited one). Each attempt ends with a
+verdict for the replica's breaker: `fail` (errors, timeouts, 5xx), `neutral` (429, cancellation),
+`ok`. The replica that answers is returned to the caller, who releases it when the call is over.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+import aiohttp
+
+from gateway.errors import GatewayError, UpstreamError, UpstreamTimeoutError, from_upstream
+from gateway.metrics import Metrics
+from gateway.normalize import Kind
+from gateway.sse import SSESplitter
+from gateway.upstream import PATHS, RETRY_STATUSES, PoolClient, classify, no_capacity
+from pools.pool import NoCapacity
+from pools.replica import Replica
+
+UPSTREAM_FAILURES = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
+# Failures after which the request may go to another replica.
+_RETRY_KINDS = frozenset({"connect", "disconnect", "client_error"})
+_T = TypeVar("_T")
+
+
+class _Failed(Exception):
+    """One attempt failed before the first byte: the caller's error, whether another replica may
+    be tried, and what it says about the replica (`fail` feeds its breaker)."""
+
+    def __init__(self, error: GatewayError, retry: bool, verdict: str) -> None:
+        super().__init__(error.message)
+        self.error = error
+        self.retry = retry
+        self.verdict = verdict
+
+
+@dataclass(slots=True)
+class OpenStream:
+    """A stream whose first event is in hand; the caller relays the rest and releases `replica`."""
+
+    replica: Replica
+    resp: aiohttp.ClientResponse
+    first: bytes
+    splitter: SSESplitter
+
+
+class PoolCalls:
+    def __init__(self, session: aiohttp.ClientSession, metrics: Metrics) -> None:
+        self._session = session
+        self._metrics = metrics
+
+    async def unary(
+        self,
+        pool: PoolClient,
+        kind: Kind,
+        payload: bytes,
+        headers: dict[str, str],
+        key: int | None,
+        priority: int,
+    ) -> bytes:
+        """The body of a 200 answer (the replica is released), or the pool's error raised."""
+        replica, data = await self._with_retries(
+            pool, key, priority, lambda r: self._unary_attempt(pool, kind, payload, headers, r)
+        )
+        pool.replicas.release(replica, "ok")
+        return data
+
+    async def open_stream(
+        self,
+        pool: PoolClient,
+        kind: Kind,
+        payload: bytes,
+        headers: dict[str, str],
+        strip: tuple[bool, bool],
+        key: int | None,
+        priority: int,
+    ) -> OpenStream:
+        """A stream up to its first event; `strip` = (strip_usage, strip_continuous) of the splitter."""
+        _, stream = await self._with_retries(
+            pool, key, priority, lambda r: self._stream_attempt(pool, kind, payload, headers, strip, r)
+        )
+        return stream
+
+    def failed(self, pool: PoolClient, exc: BaseException) -> GatewayError:
+        """The caller's error for a failure of the upstream client (counted by kind)."""
+        return self._failed(pool, exc).error
+
+    async def _acquire(self, pool: PoolClient, key: int | None, priority: int) -> Replica:
+        try:
+            return await pool.replicas.acquire(key, priority)
+        except NoCapacity as exc:
+            self._metrics.pool_rejections.labels(pool.config.name, exc.reason).inc()
+            raise no_capacity(exc) from None
+
+    async def _with_retries(
+        self, pool: PoolClient, key: int | None, priority: int, attempt: Callable[[Replica], Awaitable[_T]]
+    ) -> tuple[Replica, _T]:
+        replicas = pool.replicas
+        replica = await self._acquire(pool, key, priority)
+        tried: list[Replica] = []
+        while True:
+            try:
+                return replica, await attempt(replica)
+            except _Failed as failed:
+                replicas.release(replica, failed.verdict)
+                tried.append(replica)
+                nxt = self._retry_target(pool, key, tried) if failed.retry else None
+                if nxt is None:
+                    raise failed.error from None
+                replica = nxt
+            except BaseException:
+                replicas.release(replica, "neutral")
+                raise
+
+    def _retry_target(self, pool: PoolClient, key: int | None, tried: list[Replica]) -> Replica | None:
+        replicas = pool.replicas
+        name = pool.config.name
+        if len(tried) >= replicas.retries.attempts:
+            return None
+        if not replicas.may_retry():
+            self._metrics.retries.labels(name, "budget_exhausted").inc()
+            return None
+        replica = replicas.try_pick(key, exclude=tried)
+        self._metrics.retries.labels(name, "retried" if replica else "no_other_replica").inc()
+        return replica
+
+    def _failed(self, pool: PoolClient, exc: BaseException) -> _Failed:
+        err, kind = classify(exc, pool.config.name)
+        self._metrics.upstream_errors.labels(pool.config.name, kind).inc()
+        return _Failed(err, kind in _RETRY_KINDS, "fail")
+
+    def _refused(self, pool: PoolClient, status: int, data: bytes, retry_after: str | None) -> _Failed:
+        name = pool.config.name
+        self._metrics.upstream_errors.labels(name, f"status_{status // 100}xx").inc()
+        # 5xx is the replica failing (feeds its breaker); 4xx is about the request (or 429: busy).
+        verdict = "fail" if status >= 500 else "neutral" if status == 429 else "ok"
+        return _Failed(from_upstream(status, data, name, retry_after), status in RETRY_STATUSES, verdict)
+
+    async def _unary_attempt(
+        self, pool: PoolClient, kind: Kind, payload: bytes, headers: dict[str, str], replica: Replica
+    ) -> bytes:
+        try:
+            async with self._session.post(
+                replica.url(PATHS[kind]), data=payload, headers=headers, timeout=pool.timeout
+            ) as resp:
+                data = await resp.read()
+                status = resp.status
+                retry_after = resp.headers.get("retry-after")
+        except UPSTREAM_FAILURES as exc:
+            raise self._failed(pool, exc) from None
+        if status != 200:
+            raise self._refused(pool, status, data, retry_after)
+        return data
+
+    async def _stream_attempt(
+        self,
+        pool: PoolClient,
+        kind: Kind,
+        payload: bytes,
+        headers: dict[str, str],
+        strip: tuple[bool, bool],
+        replica: Replica,
+    ) -> OpenStream:
+        cfg = pool.config
+        splitter = SSESplitter(strip_usage=strip[0], strip_continuous=strip[1])
+        resp: aiohttp.ClientResponse | None = None
+        try:
+            try:
+                async with asyncio.timeout(cfg.timeouts.first_token_s):
+                    resp = await self._session.post(
+                        replica.url(PATHS[kind]), data=payload, headers=headers, timeout=pool.timeout
+                    )
+                    if resp.status != 200:
+                        data = await resp.read()
+                        raise self._refused(pool, resp.status, data, resp.headers.get("retry-after"))
+                    first = b""
+                    while not first:
+                        chunk = await resp.content.readany()
+                        if not chunk:
+                            break
+                        first, _ = splitter.feed(chunk)
+            except TimeoutError:
+                self._metrics.upstream_errors.labels(cfg.name, "first_token_timeout").inc()
+                # Not retried: another full first-token wait would outlast what the client expects.
+                raise _Failed(
+                    UpstreamTimeoutError(
+                        f"pool '{cfg.name}' sent no token within {cfg.timeouts.first_token_s:g}s"
+                    ),
+                    False,
+                    "fail",
+                ) from None
+            except UPSTREAM_FAILURES as exc:
+                raise self._failed(pool, exc) from None
+            if not first:
+                self._metrics.upstream_errors.labels(cfg.name, "empty_stream").inc()
+                raise _Failed(
+                    UpstreamError(f"pool '{cfg.name}' ended the stream before sending anything"), True, "fail"
+                )
+        except BaseException:
+            if resp is not None:
+                resp.close()
+            raise
+        return OpenStream(replica, resp, first, splitter)
