@@ -21,6 +21,7 @@ import numpy as np
 from router.encoder import Embeddings, Encoder
 
 DEFAULT_CACHE_DIR = Path(".cache") / "router-embeddings"
+CACHE_PROCEDURE = "row1"
 BATCH = 32
 
 
@@ -29,7 +30,9 @@ def text_key(text: str) -> bytes:
 
 
 def _cache_file(cache_dir: Path, encoder: Encoder, max_tokens: int) -> Path:
-    return cache_dir / f"{encoder.identity.model_sha256[:16]}-t{max_tokens}.npz"
+    # The procedure is part of the key: vectors from batched calls (an earlier version) differ slightly
+    # from the one-row-per-call vectors serving computes, and must never be reused.
+    return cache_dir / f"{encoder.identity.model_sha256[:16]}-t{max_tokens}-{CACHE_PROCEDURE}.npz"
 
 
 def _load(path: Path) -> dict[bytes, Embeddings]:
