@@ -132,7 +132,10 @@ class ReplicaPool:
         adm = self.admission
         cold = not self.replicas
         limit = adm.cold_start_timeout_s if cold else adm.max_wait_s
-        if len(self._waiters) >= adm.max_queued or limit <= 0:
+        if limit <= 0:  # holding is switched off: refuse at once
+            what = "has no ready replica" if cold else "has no free replica"
+            raise NoCapacity(f"pool '{self.name}' {what}", "cold_start" if cold else "saturated", 1)
+        if len(self._waiters) >= adm.max_queued:
             self.stats.queue_full += 1
             raise NoCapacity(f"pool '{self.name}' has no free replica and its queue is full", "queue_full", 1)
         waiter = _Waiter((-priority, next(self._order)), key, asyncio.get_running_loop().create_future())

@@ -87,3 +87,12 @@ async def test_failures_open_the_breaker_and_membership_keeps_replica_state() ->
     assert picked == {"http://b:1"}
     pool.set_members(["http://b:1", "http://a:1", "http://c:1"])
     assert next(r for r in pool.replicas if r.base == "http://a:1") is a  # same object, breaker kept
+
+
+async def test_holding_switched_off_refuses_at_once_with_the_reason() -> None:
+    pool = make_pool(wait=0)
+    pool.set_members(["http://a:1"])
+    await pool.acquire(None)
+    with pytest.raises(NoCapacity) as info:
+        await pool.acquire(None)
+    assert info.value.reason == "saturated" and pool.held == 0
