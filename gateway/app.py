@@ -43,6 +43,7 @@ from gateway.exchange import Receive, RequestHeaders, RequestIds, Scope, Send, s
 from gateway.hosted import HostedBridge
 from gateway.metrics import Metrics, PoolsCollector
 from gateway.normalize import Kind
+from gateway.observe import Observer
 from gateway.openapi import (
     RELAY_ERRORS,
     ChatCompletion,
@@ -109,6 +110,10 @@ class GatewayApp:
         # Routed aliases load their router models here, before serving: a missing or corrupt artifact
         # stops start-up with the reason (ConfigError), unless the policy configures a fallback.
         self.routed = build_routed(policy, logging.getLogger("llmgw.router"))
+        # Goodput, cost and the feedback store: built here because the feedback route needs them.
+        self.observer = Observer(
+            policy, self.parts.metrics.registry, settings.feedback_ttl_s, settings.feedback_max_entries
+        )
         self.api = self._build_api()
 
     @asynccontextmanager
@@ -138,6 +143,7 @@ class GatewayApp:
             parts.admissions,
             self.ids,
             self.routed,
+            self.observer,
         )
         self.runtime = _Runtime(relay, parts.metrics)
         renewer = asyncio.create_task(parts.admissions.renew_forever())
@@ -236,6 +242,8 @@ class GatewayApp:
                 static_keys=self.parts.static_keys,
             )
         )
+
+        api.include_router(self.observer.feedback.router(self.parts.auth))
 
         @api.get("/v1/models", response_model=ModelList, responses=error_responses(401, 503))
         async def list_models(request: Request) -> ModelList:

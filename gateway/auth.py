@@ -134,6 +134,12 @@ class Authenticator:
             )
         return outcome.principal
 
+    async def identify(self, authorization: bytes | None, *, api_key: bytes | None = None) -> Principal:
+        """The caller, whatever models its key may use (feedback: rating needs a key, not a model)."""
+        if self._disabled:
+            return self._anonymous
+        return (await self._resolved(authorization, api_key)).principal
+
     async def models_for(
         self, authorization: bytes | None, aliases: list[str], *, api_key: bytes | None = None
     ) -> list[str]:

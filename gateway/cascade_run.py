@@ -107,6 +107,11 @@ class CascadeRunner:
             break
         usage = summed_usage(decision.state.answers)
         req.record(usage)  # what every call cost, charged to the tenant at settlement
+        req.costs = [
+            (d.routes[a.call.tier].pool.config.name, a.cost_usd)
+            for a in decision.state.answers
+            if a.cost_usd is not None
+        ]
         if not isinstance(decision, Accept):
             # Every call of the last step failed: the client gets that failure, usage is still settled.
             raise errors[0] if errors else UpstreamError(f"routed model '{name}' has no answer")

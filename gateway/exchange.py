@@ -72,7 +72,10 @@ async def send_error(send: Send, err: GatewayError, request_id: bytes) -> None:
 class Exchange:
     """Per-request bookkeeping shared with the disconnect watcher, and the usage to settle."""
 
-    __slots__ = ("task", "finished", "client_gone", "watcher", "usage_in", "usage_out", "reported")
+    __slots__ = (
+        "task", "finished", "client_gone", "watcher", "usage_in", "usage_out", "reported",
+        "ttft", "tpot", "broken", "costs",
+    )  # fmt: skip
 
     def __init__(self) -> None:
         self.task = asyncio.current_task()
@@ -82,6 +85,11 @@ class Exchange:
         self.usage_in = 0
         self.usage_out = 0
         self.reported = False  # usage came from the pool (else it is the gateway's own count)
+        # What the SLO judge and cost accounting read when the request ends (gateway.observe).
+        self.ttft: float | None = None  # arrival -> first token event sent (streams relayed live)
+        self.tpot: float | None = None  # mean time per output token after the first (streams)
+        self.broken = False  # the pool broke the stream off after it started
+        self.costs: list[tuple[str, float]] | None = None  # a cascade's (pool, USD) per priced call
 
     def watch(self, receive: Receive) -> None:
         self.watcher = asyncio.ensure_future(receive())

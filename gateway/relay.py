@@ -50,6 +50,7 @@ from gateway.exchange import (
 )
 from gateway.metrics import Metrics
 from gateway.normalize import Kind, alias_of, estimate_input_tokens, parse_body, prepare
+from gateway.observe import Observer
 from gateway.route import Route
 from gateway.routing import RoutedAlias
 from gateway.sse import DONE, SSESplitter
@@ -84,6 +85,7 @@ class Relay:
         admissions: Admissions,
         ids: RequestIds,
         routed: dict[str, RoutedAlias] | None = None,
+        observer: Observer | None = None,
     ) -> None:
         self._routes = {
             m.name: Route(model=m, pool=pools[m.route.pool], metrics=metrics.by_alias[(m.name, m.route.pool)])
@@ -110,6 +112,7 @@ class Relay:
         self._ids = ids
         self._calls = PoolCalls(session, metrics)
         self._cascades = CascadeRunner(metrics, self._call_unary)
+        self.observer = observer or Observer(policy, metrics.registry)
 
     async def _decide(self, kind: Kind, alias: str, body: dict[str, Any], h: RequestHeaders) -> Decided:
         """A routed alias's plan for this request (difficulty off the event loop, then a pure plan)."""
@@ -188,6 +191,7 @@ class Relay:
         req = Exchange()
         route: Route | None = None
         ticket: Ticket | None = None
+        org: str | None = None
         status = 500
         stream = False
         try:
@@ -199,6 +203,7 @@ class Relay:
             except (AuthenticationError, PermissionDeniedError) as err:
                 self._metrics.auth_failures.labels(str(err.code)).inc()
                 raise
+            org = principal.tenant.org
             route = self._routes.get(alias)
             decided: Decided | None = None
             if route is None:
@@ -276,9 +281,9 @@ class Relay:
             if status == 499 and route is not None:
                 self._metrics.client_disconnects.labels(model, pool).inc()
             self._metrics.requests.labels(model, pool, kind.value, str(status)).inc()
-            self._metrics.duration.labels(model, pool, kind.value, "true" if stream else "false").observe(
-                perf_counter() - t0
-            )
+            e2e = perf_counter() - t0
+            self._metrics.duration.labels(model, pool, kind.value, "true" if stream else "false").observe(e2e)
+            self.observer.finish(rid, model, pool, org, status, stream, e2e, req)
 
     async def _unary(
         self,
@@ -369,6 +374,7 @@ class Relay:
             await send({"type": "http.response.body", "body": first, "more_body": True})
             t_first = t_last = t
             route.metrics.ttft.observe(t - t0)
+            req.ttft = t - t0
             overhead += perf_counter() - t
             tail = b""
             try:
@@ -422,7 +428,9 @@ class Relay:
                 self._count_usage(route, req)
                 ct = req.usage_out
                 if splitter.saw_done and ct > 1 and t_last > t_first:
-                    route.metrics.tpot.observe((t_last - t_first) / (ct - 1))
+                    req.tpot = (t_last - t_first) / (ct - 1)
+                    route.metrics.tpot.observe(req.tpot)
+                req.broken = verdict == "fail"
                 self._metrics.overhead.labels(kind.value).observe(overhead)
                 # Closing (not releasing) an unfinished response drops the connection, which is how
                 # vLLM learns that nobody is reading and aborts the request.

@@ -27,6 +27,12 @@ class Settings(BaseSettings):
     )
     redis_timeout_s: float = Field(0.25, gt=0, description="connect / operation timeout towards Redis")
     admin_key: str | None = Field(None, description="bearer key of the admin API; unset = admin API disabled")
+    feedback_ttl_s: float = Field(
+        3600.0, gt=0, description="how long an answer can be rated through POST /v1/feedback"
+    )
+    feedback_max_entries: int = Field(
+        100_000, ge=1, description="answers remembered for feedback (per process; oldest dropped first)"
+    )
     drain_seconds: float = Field(30.0, ge=0, description="graceful shutdown window on SIGTERM")
     drain_delay_s: float = Field(
         3.0,

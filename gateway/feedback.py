@@ -1,0 +1,121 @@
+"""`POST /v1/feedback {request_id, accepted, score?}`: a tenant rates one of its own answers.
+
+Each delivered answer is remembered for a while (request id -> org, app, answering pool) in a bounded
+in-memory map: `LLMGW_FEEDBACK_TTL_S` (default 1 h) and at most `LLMGW_FEEDBACK_MAX_ENTRIES`
+(oldest first out). Entries are keyed by (org, request id): a client may choose its own
+`x-request-id`, so two orgs can use the same id without seeing each other's answers, and a caller
+from another org gets 404, exactly as for an unknown id (existence is not revealed).
+
+One verdict per answer: a second rating gets 409, so the accepted / rejected counters never need to
+be undone. `accepted: false` counts the answer in `llmgw_rejected_outputs_total`; `score` (0..1) is
+kept in a histogram per pool.
+
+Limitation: the map lives in the replica that served the request. With several gateway replicas,
+feedback must reach the same replica (the response header `x-request-id` carries the per-process id
+prefix; route feedback by it, or use session affinity) or it gets 404. A shared store (Redis, with
+the same TTL) is the way to lift this; the contract of this module would not change.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+from prometheus_client import CollectorRegistry, Histogram
+from pydantic import BaseModel, ConfigDict, Field
+
+from gateway.auth import Authenticator
+from gateway.cost import CostMetrics
+from gateway.errors import ConflictError, NotFoundError
+from gateway.exchange import RequestHeaders
+
+
+@dataclass(slots=True)
+class Delivered:
+    pool: str
+    at: float
+    verdict: bool | None = None
+
+
+class FeedbackStore:
+    """Bounded, TTL'd record of delivered answers (one replica's memory)."""
+
+    def __init__(self, ttl_s: float, max_entries: int, clock: Callable[[], float] = time.monotonic) -> None:
+        self._ttl = ttl_s
+        self._max = max_entries
+        self._clock = clock
+        self._entries: OrderedDict[tuple[str, str], Delivered] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def remember(self, org: str, request_id: str, pool: str) -> None:
+        now = self._clock()
+        entries = self._entries
+        entries[(org, request_id)] = Delivered(pool, now)
+        entries.move_to_end((org, request_id))
+        # Insertion order is age order: drop from the front while too many or too old.
+        while entries:
+            first = next(iter(entries.values()))
+            if len(entries) <= self._max and now - first.at <= self._ttl:
+                break
+            entries.popitem(last=False)
+
+    def find(self, org: str, request_id: str) -> Delivered | None:
+        d = self._entries.get((org, request_id))
+        if d is None or self._clock() - d.at > self._ttl:
+            return None
+        return d
+
+
+class FeedbackRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    request_id: str = Field(min_length=1, max_length=128, description="the x-request-id of the answer")
+    accepted: bool = Field(description="whether the answer was usable")
+    score: float | None = Field(None, ge=0, le=1, description="optional quality score, 0..1")
+
+
+class Feedback:
+    """The store, the metrics it feeds, and the route."""
+
+    def __init__(self, store: FeedbackStore, cost: CostMetrics, registry: CollectorRegistry) -> None:
+        self.store = store
+        self._cost = cost
+        self._score = Histogram(
+            "llmgw_feedback_score",
+            "Scores given with feedback (0..1), by answering pool",
+            ["pool"],
+            buckets=(0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0),
+            registry=registry,
+        )
+
+    def rate(self, org: str, body: FeedbackRequest) -> None:
+        d = self.store.find(org, body.request_id)
+        if d is None:
+            raise NotFoundError(f"no answer with request id '{body.request_id}' to rate (or it expired)")
+        if d.verdict is not None:
+            raise ConflictError(f"request '{body.request_id}' was already rated", code="feedback_exists")
+        d.verdict = body.accepted
+        self._cost.feedback.labels(d.pool, "true" if body.accepted else "false").inc()
+        if not body.accepted:
+            self._cost.reject(org, d.pool)
+        if body.score is not None:
+            self._score.labels(d.pool).observe(body.score)
+
+    def router(self, auth: Authenticator) -> APIRouter:
+        r = APIRouter()
+
+        @r.post("/v1/feedback", status_code=200, summary="Rate an answer of your own org")
+        async def feedback(body: FeedbackRequest, request: Request) -> JSONResponse:
+            h = RequestHeaders(request.scope)
+            # Any alias: rating needs a valid key, not access to a particular model.
+            principal = await auth.identify(h.authorization, api_key=h.api_key)
+            self.rate(principal.tenant.org, body)
+            return JSONResponse({"request_id": body.request_id, "accepted": body.accepted})
+
+        return r

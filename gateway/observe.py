@@ -1,0 +1,64 @@
+"""What happens when a request ends, beyond the relay's own counters: SLO verdict (goodput), cost,
+accepted outputs, and the memory of delivered answers that feedback rates.
+
+The relay calls `Observer.finish` once per request, in its `finally`, after settlement (so the usage
+it reads is the usage the tenant was charged). Everything here is resolved at start-up (SLO children
+per alias and pool, prices) or created once per (org, pool): the hot path does dict lookups and
+counter increments only.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry
+
+from gateway.config import Policy
+from gateway.cost import CostMetrics
+from gateway.exchange import Exchange
+from gateway.feedback import Feedback, FeedbackStore
+from gateway.slo import SloMetrics
+
+FEEDBACK_TTL_S = 3600.0
+FEEDBACK_MAX_ENTRIES = 100_000
+
+
+class Observer:
+    def __init__(
+        self,
+        policy: Policy,
+        registry: CollectorRegistry,
+        feedback_ttl_s: float = FEEDBACK_TTL_S,
+        feedback_max_entries: int = FEEDBACK_MAX_ENTRIES,
+    ) -> None:
+        self._slo = SloMetrics(policy, registry).by_alias
+        self.cost = CostMetrics(policy, registry)
+        self._prices = self.cost.prices
+        self.feedback = Feedback(FeedbackStore(feedback_ttl_s, feedback_max_entries), self.cost, registry)
+        self._store = self.feedback.store
+
+    def finish(
+        self,
+        rid: bytes,
+        model: str,
+        pool: str,
+        org: str | None,
+        status: int,
+        streamed: bool,
+        e2e: float,
+        req: Exchange,
+    ) -> None:
+        """One request ended with `status` after `e2e` seconds; `org` is None before authentication."""
+        slo = self._slo.get((model, pool))
+        if slo is not None:
+            slo.record(status, streamed, req.ttft, req.tpot, e2e, req.usage_out, req.broken)
+        if org is None:
+            return
+        if req.costs is not None:
+            for call_pool, usd in req.costs:
+                self.cost.charge(org, call_pool, usd)
+        elif req.usage_in or req.usage_out:
+            price = self._prices.get((model, pool))
+            if price is not None:
+                self.cost.charge(org, pool, price.cost(req.usage_in, req.usage_out))
+        if status == 200:
+            self.cost.accept(org, pool)
+            self._store.remember(org, rid.decode(), pool)

@@ -1,0 +1,139 @@
+"""Goodput verdicts, cost accounting and the feedback store (in-process, no server)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+
+from gateway.config import parse_policy
+from gateway.errors import ConflictError, NotFoundError
+from gateway.exchange import Exchange
+from gateway.feedback import FeedbackRequest, FeedbackStore
+from gateway.observe import Observer
+from gateway.slo import SloTargets, judge
+from tests.support.prom import metric
+
+POLICY = """\
+pools:
+  - {name: cheap, model: c, endpoints: {static: ["http://127.0.0.1:1"]},
+     price: {input_per_mtok: 1.0, output_per_mtok: 2.0}}
+  - {name: dear, model: d, endpoints: {static: ["http://127.0.0.1:2"]},
+     price: {input_per_mtok: 10.0, output_per_mtok: 20.0}}
+  - {name: free, model: f, endpoints: {static: ["http://127.0.0.1:3"]}}
+models:
+  - {name: chat, route: {pool: cheap}, slo_class: interactive}
+  - {name: big, route: {pool: dear}, slo_class: batch}
+  - {name: unpriced, route: {pool: free}}
+slo_classes:
+  interactive: {ttft_ms: 500, tpot_ms: 50}
+  batch: {e2e_ms: 10000}
+"""
+
+I = SloTargets(0.5, 0.05, None)  # noqa: E741 - the interactive class
+
+
+def test_stream_verdicts() -> None:
+    assert judge(I, True, 0.4, 0.04, 3.0, 60) is True
+    assert judge(I, True, 0.6, 0.04, 3.0, 60) is False  # first token late
+    assert judge(I, True, 0.4, 0.06, 3.0, 60) is False  # decoding slow
+    assert judge(I, True, 0.4, None, 0.45, 1) is True  # one token: no TPOT to judge
+    assert judge(I, True, None, None, 0.7, 40) is False  # answered in one piece: TTFT = e2e
+
+
+def test_unary_verdicts_use_the_stream_equivalent_bound() -> None:
+    # 0.5 s + 0.05 s x 19 tokens = 1.45 s
+    assert judge(I, False, None, None, 1.4, 20) is True
+    assert judge(I, False, None, None, 1.5, 20) is False
+    e2e_only = SloTargets(None, None, 2.0)
+    assert judge(e2e_only, False, None, None, 1.9, 500) is True
+    assert judge(e2e_only, True, 0.1, 0.001, 2.1, 500) is False
+    assert judge(SloTargets(None, 0.05, None), False, None, None, 1.0, 5) is None
+
+
+async def _new_exchange() -> Exchange:
+    return Exchange()  # it remembers the running task, so it is made inside a loop
+
+
+def _ex(usage_in: int = 0, usage_out: int = 0, ttft: float | None = None) -> Exchange:
+    ex = asyncio.run(_new_exchange())
+    ex.usage_in, ex.usage_out, ex.ttft = usage_in, usage_out, ttft
+    return ex
+
+
+def _observer() -> tuple[Observer, CollectorRegistry]:
+    reg = CollectorRegistry()
+    return Observer(parse_policy(POLICY, "t"), reg), reg
+
+
+def test_goodput_counts_met_missed_and_skips_client_errors() -> None:
+    obs, reg = _observer()
+    obs.finish(b"r1", "chat", "cheap", "acme", 200, True, 1.0, _ex(10, 10, ttft=0.1))
+    obs.finish(b"r2", "chat", "cheap", "acme", 200, True, 1.0, _ex(10, 10, ttft=0.9))
+    obs.finish(b"r3", "chat", "cheap", "acme", 503, True, 0.1, _ex())
+    obs.finish(b"r4", "chat", "cheap", "acme", 429, True, 0.01, _ex())
+    obs.finish(b"r5", "chat", "cheap", None, 401, False, 0.01, _ex())
+    broken = _ex(10, 10, ttft=0.1)
+    broken.broken = True
+    obs.finish(b"r6", "chat", "cheap", "acme", 200, True, 1.0, broken)
+    text = generate_latest(reg).decode()
+    base = 'model="chat",outcome="{}",pool="cheap",slo_class="interactive"'
+    assert metric(text, "llmgw_slo_requests_total", "{" + base.format("met") + "}") == 1
+    assert metric(text, "llmgw_slo_requests_total", "{" + base.format("missed") + "}") == 3
+    # An alias without a class is never judged.
+    obs.finish(b"r7", "unpriced", "free", "acme", 200, False, 100.0, _ex(1, 1))
+    assert metric(generate_latest(reg).decode(), "llmgw_slo_requests_total") == 4
+
+
+def test_cost_per_org_and_pool_and_per_accepted_output() -> None:
+    obs, reg = _observer()
+    obs.finish(b"a", "chat", "cheap", "acme", 200, False, 0.1, _ex(1_000_000, 500_000))  # 1 + 1 USD
+    obs.finish(b"b", "chat", "cheap", "acme", 502, False, 0.1, _ex(1_000_000, 0))  # 1 USD, not accepted
+    cascade = _ex(30, 30)
+    cascade.costs = [("cheap", 0.5), ("dear", 1.5)]  # every call of a cascade, each on its pool
+    obs.finish(b"c", "big", "dear", "acme", 200, False, 0.1, cascade)
+    obs.finish(b"d", "unpriced", "free", "other", 200, False, 0.1, _ex(99, 99))  # no price: no cost
+    text = generate_latest(reg).decode()
+    assert metric(text, "llmgw_cost_usd_total", 'org="acme",pool="cheap"') == pytest.approx(3.5)
+    assert metric(text, "llmgw_cost_usd_total", 'org="acme",pool="dear"') == pytest.approx(1.5)
+    assert metric(text, "llmgw_cost_usd_total", 'org="other"') == 0
+    assert metric(text, "llmgw_accepted_outputs_total", 'org="acme"') == 2
+    # 5 USD over 2 accepted outputs; feedback rejecting one doubles it.
+    assert metric(text, "llmgw_cost_per_accepted_output_usd", 'org="acme"') == pytest.approx(2.5)
+    obs.feedback.rate("acme", FeedbackRequest(request_id="a", accepted=False, score=0.2))
+    text = generate_latest(reg).decode()
+    assert metric(text, "llmgw_rejected_outputs_total", 'org="acme",pool="cheap"') == 1
+    assert metric(text, "llmgw_cost_per_accepted_output_usd", 'org="acme"') == pytest.approx(5.0)
+    assert metric(text, "llmgw_feedback_total", 'accepted="false",pool="cheap"') == 1
+    assert metric(text, "llmgw_feedback_score_count", 'pool="cheap"') == 1
+
+
+def test_feedback_only_from_the_requests_org_and_once() -> None:
+    obs, _ = _observer()
+    obs.finish(b"req-1", "chat", "cheap", "acme", 200, False, 0.1, _ex(1, 1))
+    obs.finish(b"req-2", "chat", "cheap", "acme", 500, False, 0.1, _ex())
+    with pytest.raises(NotFoundError):
+        obs.feedback.rate("globex", FeedbackRequest(request_id="req-1", accepted=False))
+    with pytest.raises(NotFoundError):  # failed answers are not rated
+        obs.feedback.rate("acme", FeedbackRequest(request_id="req-2", accepted=True))
+    obs.feedback.rate("acme", FeedbackRequest(request_id="req-1", accepted=True))
+    with pytest.raises(ConflictError):
+        obs.feedback.rate("acme", FeedbackRequest(request_id="req-1", accepted=False))
+
+
+def test_feedback_store_is_bounded_and_expires() -> None:
+    now = [0.0]
+    store = FeedbackStore(ttl_s=10.0, max_entries=3, clock=lambda: now[0])
+    for i in range(5):
+        store.remember("acme", f"r{i}", "cheap")
+    assert len(store) == 3
+    assert store.find("acme", "r0") is None and store.find("acme", "r4") is not None
+    # Same id in another org is another entry.
+    store.remember("globex", "r4", "dear")
+    found = store.find("acme", "r4")
+    assert found is not None and found.pool == "cheap"
+    now[0] = 11.0
+    assert store.find("acme", "r4") is None
+    store.remember("acme", "late", "cheap")  # expired entries are dropped on the next insert
+    assert len(store) == 1
