@@ -112,7 +112,7 @@ class GatewayApp:
         self.routed = build_routed(policy, logging.getLogger("llmgw.router"))
         # Goodput, cost and the feedback store: built here because the feedback route needs them.
         self.observer = Observer(
-            policy, self.parts.metrics.registry, settings.feedback_ttl_s, settings.feedback_max_entries
+            policy, self.parts.metrics, settings.feedback_ttl_s, settings.feedback_max_entries
         )
         self.api = self._build_api()
 

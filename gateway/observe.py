@@ -5,30 +5,38 @@ The relay calls `Observer.finish` once per request, in its `finally`, after sett
 it reads is the usage the tenant was charged). Everything here is resolved at start-up (SLO children
 per alias and pool, prices) or created once per (org, pool): the hot path does dict lookups and
 counter increments only.
+
+It also zero-initialises the labelled counters that alerts select by label value (retry outcomes per
+pool): a counter child that never fired is absent, not 0, and `rate()` over an absent series makes an
+alert unevaluable and a dashboard panel say "No data" instead of 0.
 """
 
 from __future__ import annotations
-
-from prometheus_client import CollectorRegistry
 
 from gateway.config import Policy
 from gateway.cost import CostMetrics
 from gateway.exchange import Exchange
 from gateway.feedback import Feedback, FeedbackStore
+from gateway.metrics import Metrics
 from gateway.slo import SloMetrics
 
 FEEDBACK_TTL_S = 3600.0
 FEEDBACK_MAX_ENTRIES = 100_000
+RETRY_OUTCOMES = ("retried", "budget_exhausted", "no_other_replica")
 
 
 class Observer:
     def __init__(
         self,
         policy: Policy,
-        registry: CollectorRegistry,
+        metrics: Metrics,
         feedback_ttl_s: float = FEEDBACK_TTL_S,
         feedback_max_entries: int = FEEDBACK_MAX_ENTRIES,
     ) -> None:
+        registry = metrics.registry
+        for pool in policy.pools:
+            for outcome in RETRY_OUTCOMES:
+                metrics.retries.labels(pool.name, outcome)
         self._slo = SloMetrics(policy, registry).by_alias
         self.cost = CostMetrics(policy, registry)
         self._prices = self.cost.prices

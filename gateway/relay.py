@@ -112,7 +112,7 @@ class Relay:
         self._ids = ids
         self._calls = PoolCalls(session, metrics)
         self._cascades = CascadeRunner(metrics, self._call_unary)
-        self.observer = observer or Observer(policy, metrics.registry)
+        self.observer = observer or Observer(policy, metrics)
 
     async def _decide(self, kind: Kind, alias: str, body: dict[str, Any], h: RequestHeaders) -> Decided:
         """A routed alias's plan for this request (difficulty off the event loop, then a pure plan)."""

@@ -11,6 +11,7 @@ from gateway.config import parse_policy
 from gateway.errors import ConflictError, NotFoundError
 from gateway.exchange import Exchange
 from gateway.feedback import FeedbackRequest, FeedbackStore
+from gateway.metrics import Metrics
 from gateway.observe import Observer
 from gateway.slo import SloTargets, judge
 from tests.support.prom import metric
@@ -63,8 +64,9 @@ def _ex(usage_in: int = 0, usage_out: int = 0, ttft: float | None = None) -> Exc
 
 
 def _observer() -> tuple[Observer, CollectorRegistry]:
-    reg = CollectorRegistry()
-    return Observer(parse_policy(POLICY, "t"), reg), reg
+    policy = parse_policy(POLICY, "t")
+    metrics = Metrics(policy)
+    return Observer(policy, metrics), metrics.registry
 
 
 def test_goodput_counts_met_missed_and_skips_client_errors() -> None:

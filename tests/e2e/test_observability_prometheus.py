@@ -1,0 +1,262 @@
+"""Dashboards and alerts against a real Prometheus scraping a running gateway and its simulators.
+
+The openai SDK drives a scripted run: streams to an alias whose pool has one normal and one slowed
+replica (round robin, so exactly half of the streams miss the 300 ms TTFT objective), cascades that
+always escalate (two priced calls each), a pool that is down (5xx), a pool with no replica (held,
+then refused), a key over its request budget (429), and feedback, including a rating from another
+org (404). Then every panel query of the chart's dashboards and every alert expression must return
+at least one series. Alert thresholds are turned into `bool` comparisons (so healthy series count)
+and `offset 1h` into `offset 10s` (the run lasts seconds, not hours); metric names and labels are
+queried unchanged. Goodput and cost must have the values the script implies.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
+from dataclasses import dataclass
+
+import httpx
+import openai
+import pytest
+import yaml
+
+from gateway.keys import generate_key, hash_key
+from tests.support.chart import CHART
+from tests.support.procs import free_port, running, sim_args
+from tests.support.prom import metric
+from tests.support.prometheus import Prom, every_value, running_prometheus, wait_until
+from tests.support.redis_server import RedisServer
+
+STREAMS = 20  # half on the slowed replica
+CASCADES = 4
+PRICE = (2.0, 6.0)  # USD per million input / output tokens, every priced pool
+RATE = "1m"
+
+
+@dataclass(frozen=True)
+class ObsStack:
+    gateway: str
+    keys: dict[str, str]  # acme, globex, tiny
+    prom: Prom
+    ids: list[str]  # request ids of the streams
+    spent: float  # USD the streams' usage costs at PRICE
+    cascade_spent: float  # USD the cascades' summed usage costs at PRICE
+
+
+def _policy(sims: dict[str, str], keys: dict[str, str], dead: str) -> str:
+    price = f"{{input_per_mtok: {PRICE[0]}, output_per_mtok: {PRICE[1]}}}"
+    timeouts = "{connect_s: 1, first_token_s: 10, total_s: 30}"
+    return f"""\
+pools:
+  - name: mixed
+    model: m
+    endpoints: {{static: ["{sims["fast"]}", "{sims["slowed"]}"]}}
+    balancing: {{strategy: round_robin}}
+    price: {price}
+    timeouts: {timeouts}
+  - {{name: cheap, model: m, endpoints: {{static: ["{sims["fast"]}"]}}, price: {price}, timeouts: {timeouts}}}
+  - {{name: strong, model: m, endpoints: {{static: ["{sims["strong"]}"]}}, price: {price},
+     timeouts: {timeouts}}}
+  - {{name: down, model: m, endpoints: {{static: ["{dead}"]}}, timeouts: {timeouts}}}
+  - name: cold
+    model: m
+    endpoints: {{dns: {{name: cold.invalid., port: 8000}}}}
+    admission: {{cold_start_timeout_s: 0.2}}
+models:
+  - {{name: chat, route: {{pool: mixed}}, max_tokens: {{default: 3, cap: 8}}, slo_class: interactive}}
+  - {{name: down, route: {{pool: down}}, slo_class: interactive}}
+  - {{name: cold, route: {{pool: cold}}}}
+  - {{name: plain, route: {{pool: cheap}}, max_tokens: {{default: 3, cap: 8}}}}
+  - name: auto
+    max_tokens: {{default: 4, cap: 8}}
+    slo_class: batch
+    route:
+      policy:
+        tiers: [{{pool: cheap}}, {{pool: strong}}]
+        cascade:
+          # exp(mean logprob) never reaches 1: the cheap answer is always escalated.
+          scorers: [{{kind: logprob, accept_threshold: 1.0}}]
+          max_escalations: 1
+slo_classes:
+  interactive: {{ttft_ms: 300}}
+  batch: {{e2e_ms: 60000}}
+limits:
+  backend: redis
+tenancy:
+  keys:
+    - {{id: acme, sha256: {hash_key(keys["acme"])}, org: acme, app: web}}
+    - {{id: globex, sha256: {hash_key(keys["globex"])}, org: globex, app: web}}
+    - {{id: tiny, sha256: {hash_key(keys["tiny"])}, org: globex, app: batch, limits: {{requests_per_min: 1}}}}
+"""
+
+
+@pytest.fixture(scope="module")
+def obs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ObsStack]:
+    tmp = tmp_path_factory.mktemp("obs")
+    ports = {"fast": free_port(), "slowed": free_port(), "strong": free_port()}
+    sims = {name: f"http://127.0.0.1:{p}" for name, p in ports.items()}
+    keys = {name: generate_key() for name in ("acme", "globex", "tiny")}
+    policy = tmp / "policy.yaml"
+    policy.write_text(_policy(sims, keys, f"http://127.0.0.1:{free_port()}"))
+    gw_port = free_port()
+    extra = {
+        "fast": ["--profile", "instant"],
+        # Every engine step takes 600 ms: no first token before 0.6 s, twice the objective.
+        "slowed": ["--profile", "instant", "--step-base-ms", "600"],
+        "strong": ["--profile", "instant"],
+    }
+    redis = RedisServer(tmp)
+    redis.start()
+    with ExitStack() as es:
+        es.callback(redis.kill)
+        for name, port in ports.items():
+            args = sim_args(port, "m", *extra[name])
+            es.enter_context(running(args, f"{sims[name]}/health", log=tmp / f"sim-{name}.log"))
+        gw = ["serve", "--config", str(policy), "--port", str(gw_port)]
+        env = {"LLMGW_REDIS_URL": redis.url}  # the limiter on Redis: its health series exist
+        es.enter_context(running(gw, f"http://127.0.0.1:{gw_port}/healthz", env=env, log=tmp / "gateway.log"))
+        targets = {
+            "gateway": [f"127.0.0.1:{gw_port}"],
+            "vllm": [f"127.0.0.1:{p}" for p in ports.values()],
+        }
+        prom = es.enter_context(running_prometheus(tmp, targets))
+        yield _drive(f"http://127.0.0.1:{gw_port}", keys, prom)
+
+
+def _client(gateway: str, key: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{gateway}/v1", api_key=key, max_retries=0, timeout=30)
+
+
+def _stream_once(client: openai.OpenAI) -> tuple[str, dict[str, int]]:
+    raw = client.chat.completions.with_raw_response.create(
+        model="chat",
+        messages=[{"role": "user", "content": "hello there"}],
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    usage: dict[str, int] = {}
+    for chunk in raw.parse():
+        if chunk.usage is not None:
+            usage = {"in": chunk.usage.prompt_tokens, "out": chunk.usage.completion_tokens}
+    return raw.headers["x-request-id"], usage
+
+
+def _drive(gateway: str, keys: dict[str, str], prom: Prom) -> ObsStack:
+    """The scripted run; what it implies is checked by the tests below."""
+    acme = _client(gateway, keys["acme"])
+    wait_until(prom.targets_up, what="every target scraped")
+    with ThreadPoolExecutor(STREAMS) as ex:
+        streamed = list(ex.map(lambda _: _stream_once(acme), range(STREAMS)))
+    cascades = [
+        acme.chat.completions.create(model="auto", messages=[{"role": "user", "content": f"q{i}"}])
+        for i in range(CASCADES)
+    ]
+    for alias in ("down", "down", "cold"):
+        with pytest.raises(openai.APIStatusError):
+            acme.chat.completions.create(model=alias, messages=[{"role": "user", "content": "x"}])
+    tiny = _client(gateway, keys["tiny"])
+    with pytest.raises(openai.RateLimitError):
+        for _ in range(3):
+            tiny.chat.completions.create(model="plain", messages=[{"role": "user", "content": "x"}])
+    spent = sum(u["in"] * PRICE[0] + u["out"] * PRICE[1] for _, u in streamed) / 1e6
+    cascade_spent = (
+        sum(
+            c.usage.prompt_tokens * PRICE[0] + c.usage.completion_tokens * PRICE[1]
+            for c in cascades
+            if c.usage
+        )
+        / 1e6
+    )
+    # One rating (accepted), so the feedback panels have a series whatever order the tests run in.
+    rated = httpx.post(
+        f"{gateway}/v1/feedback",
+        json={"request_id": streamed[1][0], "accepted": True, "score": 0.9},
+        headers={"authorization": f"Bearer {keys['acme']}"},
+    )
+    assert rated.status_code == 200, rated.text
+    wait_until(
+        lambda: prom.value('sum(llmgw_slo_requests_total{model="chat"})') == STREAMS,
+        what="the streams' SLO verdicts scraped",
+    )
+    return ObsStack(gateway, keys, prom, [rid for rid, _ in streamed], spent, cascade_spent)
+
+
+def test_goodput_drops_by_the_share_sent_to_the_slowed_replica(obs: ObsStack) -> None:
+    met = obs.prom.value('sum(llmgw_slo_requests_total{model="chat",pool="mixed",outcome="met"})')
+    missed = obs.prom.value('sum(llmgw_slo_requests_total{model="chat",pool="mixed",outcome="missed"})')
+    assert (met, missed) == (STREAMS / 2, STREAMS / 2)
+    # The pool that is down: its 5xx answers miss.
+    assert obs.prom.value('sum(llmgw_slo_requests_total{model="down",outcome="missed"})') == 2
+    # Cascades meet their generous end-to-end class.
+    assert obs.prom.value('sum(llmgw_slo_requests_total{model="auto",outcome="met"})') == CASCADES
+
+
+def test_cost_is_usage_at_the_pool_prices(obs: ObsStack) -> None:
+    spent = obs.prom.value('sum(llmgw_cost_usd_total{org="acme",pool="mixed"})')
+    assert spent == pytest.approx(obs.spent, rel=1e-9)
+    # Cascades: every call, each on its pool; the client's usage is the sum of the calls.
+    cheap = obs.prom.value('sum(llmgw_cost_usd_total{org="acme",pool="cheap"})')
+    strong = obs.prom.value('sum(llmgw_cost_usd_total{org="acme",pool="strong"})')
+    assert cheap and strong and cheap + strong == pytest.approx(obs.cascade_spent, rel=1e-9)
+    accepted = obs.prom.value('sum(llmgw_accepted_outputs_total{org="acme"})')
+    assert accepted == STREAMS + CASCADES
+    # The unpriced pools cost nothing that is counted, and failures are not accepted outputs.
+    assert obs.prom.query('llmgw_cost_usd_total{pool=~"down|cold"}') == []
+
+
+def test_feedback_only_from_the_requests_own_org(obs: ObsStack) -> None:
+    rid = obs.ids[0]
+    url = f"{obs.gateway}/v1/feedback"
+
+    def rate(key: str, accepted: bool) -> httpx.Response:
+        headers = {"authorization": f"Bearer {obs.keys[key]}"}
+        return httpx.post(url, json={"request_id": rid, "accepted": accepted}, headers=headers)
+
+    assert httpx.post(url, json={"request_id": rid, "accepted": False}).status_code == 401
+    other = rate("globex", False)
+    assert other.status_code == 404, other.text
+    assert rate("acme", False).status_code == 200
+    assert rate("acme", True).status_code == 409
+    text = httpx.get(f"{obs.gateway}/metrics").text
+    assert metric(text, "llmgw_rejected_outputs_total", 'org="acme"') == 1
+    assert metric(text, "llmgw_rejected_outputs_total", 'org="globex"') == 0
+    kept = STREAMS + CASCADES - 1
+    total = metric(text, "llmgw_cost_usd_total", 'org="acme"')
+    per = metric(text, "llmgw_cost_per_accepted_output_usd", 'org="acme"')
+    assert per == pytest.approx(total / kept)
+
+
+def _queries() -> list[tuple[str, str]]:
+    """(where, expr) of every dashboard panel target and every alert rule."""
+    out: list[tuple[str, str]] = []
+    for path in sorted((CHART / "files" / "dashboards").glob("*.json")):
+        dash = json.loads(path.read_text())
+        panels = [p for row in dash.get("panels", []) for p in [row, *row.get("panels", [])]]
+        for p in panels:
+            for t in p.get("targets", []):
+                if t.get("expr"):
+                    out.append((f"{path.name}: {p.get('title')}", t["expr"]))
+    for path in sorted((CHART / "files" / "alerts").glob("*.yaml")):
+        for group in yaml.safe_load(path.read_text())["groups"]:
+            for rule in group["rules"]:
+                out.append((f"{path.name}: {rule.get('alert') or rule.get('record')}", rule["expr"]))
+    return out
+
+
+def _runnable(expr: str) -> str:
+    expr = expr.replace("$__rate_interval", RATE).replace('=~"$namespace"', '=~".*"')
+    expr = re.sub(r"\$\{?\w+\}?", ".*", expr)
+    return every_value(re.sub(r"offset\s+\d+[smhd]", "offset 10s", expr))
+
+
+def test_every_dashboard_query_and_alert_expression_returns_series(obs: ObsStack) -> None:
+    queries = _queries()
+    assert len(queries) > 30
+    # `offset 10s` needs ten seconds of history past the run's first samples.
+    wait_until(lambda: obs.prom.query("llmgw_requests_total offset 15s"), what="15 s of history")
+    empty = [(where, expr) for where, expr in queries if not obs.prom.query(_runnable(expr))]
+    assert not empty, "queries with no series:\n" + "\n".join(f"{w}: {e}" for w, e in empty)
