@@ -45,6 +45,7 @@ class Decided:
     difficulty: float | None
     prompt: str  # what the scorers see: the last user turn (as in the offline replay)
     headers: list[tuple[bytes, bytes]]
+    direct: bool  # route only, served by the relay on the first tier (no runner)
 
     @property
     def calls(self) -> int:
@@ -118,6 +119,8 @@ class CascadeRunner:
         route = d.routes[decision.tier]
         escalations = len(decision.state.escalations)
         escalated = "true" if escalations else "false"
+        if req.notes is not None:
+            req.notes["escalations"] = escalations
         self._metrics.router_decisions.labels(name, route.pool.config.name, escalated).inc()
         route.metrics.input_tokens.inc(usage["prompt_tokens"])
         route.metrics.output_tokens.inc(usage["completion_tokens"])
@@ -136,5 +139,7 @@ class CascadeRunner:
             data = orjson.dumps(parsed)
             start = [_JSON, (b"content-length", str(len(data)).encode()), *extra]
             await send({"type": "http.response.start", "status": 200, "headers": start})
+        if req.capture is not None:
+            req.capture.append(data)
         await send({"type": "http.response.body", "body": data, "more_body": False})
         return 200, route

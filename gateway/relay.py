@@ -56,6 +56,7 @@ from gateway.routing import RoutedAlias
 from gateway.sse import DONE, SSESplitter
 from gateway.upstream import PoolClient
 from pools.replica import Replica
+from ratelimit.model import Tenant
 
 _JSON_HEADERS = [(b"content-type", b"application/json")]
 _SSE_HEADERS = [
@@ -147,11 +148,15 @@ class Relay:
             headers.append((b"x-llmgw-difficulty", f"{difficulty:.4f}".encode()))
         if routed.fallback is not None:
             headers.append((b"x-llmgw-route", b"fallback"))
-        if not plan.cascade:
+        # The relay itself serves a route-only plan when there is nothing to fail over to, and streams
+        # (their bytes are relayed as they come); everything else goes through the cascade runner,
+        # whose judge also moves a route-only plan to its next tier when a whole pool fails.
+        direct = not plan.cascade and (len(plan.steps) == 1 or bool(body.get("stream")))
+        if direct:
             tier = routes[plan.first_tier]
             headers.append((b"x-llmgw-tier", tier.pool.config.name.encode()))
             self._metrics.router_decisions.labels(alias, tier.pool.config.name, "false").inc()
-        return Decided(routed, routes, plan, difficulty, prompt, headers)
+        return Decided(routed, routes, plan, difficulty, prompt, headers, direct)
 
     async def _call_unary(
         self, route: Route, payload: bytes, headers: dict[str, str], key: int | None, priority: int
@@ -191,7 +196,7 @@ class Relay:
         req = Exchange()
         route: Route | None = None
         ticket: Ticket | None = None
-        org: str | None = None
+        tenant: Tenant | None = None
         status = 500
         stream = False
         try:
@@ -203,12 +208,19 @@ class Relay:
             except (AuthenticationError, PermissionDeniedError) as err:
                 self._metrics.auth_failures.labels(str(err.code)).inc()
                 raise
-            org = principal.tenant.org
+            tenant = principal.tenant
+            self.observer.begin(req, body)
             route = self._routes.get(alias)
             decided: Decided | None = None
             if route is None:
                 decided = await self._decide(kind, alias, body, h)
                 route = decided.routes[decided.plan.first_tier]
+                if req.notes is not None:
+                    req.notes["route"] = {
+                        "difficulty": decided.difficulty,
+                        "cascade": decided.plan.cascade,
+                        "start": route.pool.config.name,
+                    }
             if kind.value not in route.pool.config.serves:
                 raise InvalidRequestError(
                     f"the model '{alias}' does not support the {kind.value} endpoint", param="model"
@@ -242,7 +254,7 @@ class Relay:
             inflight = route.metrics.inflight
             inflight.inc()
             try:
-                if decided is not None and decided.plan.cascade:
+                if decided is not None and not decided.direct:
                     status, route = await self._cascades.run(
                         decided, prep.body, prep.client_usage, rid, send, req, ticket, priority
                     )
@@ -283,7 +295,7 @@ class Relay:
             self._metrics.requests.labels(model, pool, kind.value, str(status)).inc()
             e2e = perf_counter() - t0
             self._metrics.duration.labels(model, pool, kind.value, "true" if stream else "false").observe(e2e)
-            self.observer.finish(rid, model, pool, org, status, stream, e2e, req)
+            self.observer.finish(rid, kind.value, model, pool, tenant, status, stream, e2e, req)
 
     async def _unary(
         self,
@@ -313,6 +325,8 @@ class Relay:
             raise UpstreamError(f"pool '{pool.config.name}' returned a malformed response")
         req.record(parsed.get("usage"))
         self._count_usage(route, req)
+        if req.capture is not None:
+            req.capture.append(data)
         req.done()
         await send(
             {
@@ -372,6 +386,9 @@ class Relay:
                 }
             )
             await send({"type": "http.response.body", "body": first, "more_body": True})
+            capture = req.capture
+            if capture is not None:
+                capture.append(first)
             t_first = t_last = t
             route.metrics.ttft.observe(t - t0)
             req.ttft = t - t0
@@ -397,6 +414,8 @@ class Relay:
                     if has_output:
                         t_last = t
                     if out:
+                        if capture is not None:
+                            capture.append(out)
                         overhead += perf_counter() - t
                         await send({"type": "http.response.body", "body": out, "more_body": True})
                 if not splitter.saw_done and not tail:

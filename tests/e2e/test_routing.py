@@ -239,3 +239,44 @@ def test_missing_router_model_refuses_to_start_or_falls_back_loudly(tmp_path: Pa
         text = httpx.get(f"http://127.0.0.1:{port}/metrics").text
         assert metric(text, "llmgw_router_fallback", 'model="auto"') == 1
     assert "router model unavailable" in (tmp_path / "gateway.log").read_text()
+
+
+def test_route_only_plan_fails_over_to_the_next_tier(tmp_path: Path) -> None:
+    """A routed alias without a cascade: when the first tier's whole pool is down, a unary request is
+    answered by the next tier of the plan (before any byte reached the client)."""
+    key = generate_key()
+    dead, live, gw_port = free_port(), free_port(), free_port()
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(
+        f"""\
+pools:
+  - {{name: down, model: m-down, endpoints: {{static: ["http://127.0.0.1:{dead}"]}},
+     timeouts: {{connect_s: 1, first_token_s: 5, total_s: 10}}}}
+  - {{name: up, model: m-up, endpoints: {{static: ["http://127.0.0.1:{live}"]}}}}
+models:
+  - name: auto
+    max_tokens: {{default: 8, cap: 16}}
+    route: {{policy: {{tiers: [{{pool: down}}, {{pool: up}}]}}}}
+tenancy:
+  keys:
+    - {{id: k, sha256: {hash_key(key)}, org: acme, app: failover}}
+"""
+    )
+    with ExitStack() as es:
+        sim = f"http://127.0.0.1:{live}"
+        es.enter_context(running(sim_args(live, "m-up", "--profile", "instant"), f"{sim}/health"))
+        url = f"http://127.0.0.1:{gw_port}"
+        gw = ["serve", "--config", str(policy), "--port", str(gw_port)]
+        es.enter_context(running(gw, f"{url}/healthz", log=tmp_path / "gateway.log"))
+        resp = httpx.post(
+            f"{url}/v1/chat/completions",
+            json={"model": "auto", "messages": [{"role": "user", "content": "hi"}]},
+            headers={"authorization": f"Bearer {key}"},
+            timeout=30,
+        )
+        assert resp.status_code == 200, resp.text
+        assert resp.headers["x-llmgw-tier"] == "up"
+        assert resp.headers["x-llmgw-escalations"] == "1"
+        text = httpx.get(f"{url}/metrics").text
+        assert metric(text, "llmgw_router_escalations_total", 'reason="tier_error"') == 1
+        assert metric(text, "llmgw_router_decisions_total", 'pool="up"') == 1
