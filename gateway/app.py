@@ -57,6 +57,7 @@ from gateway.openapi import (
     error_responses,
 )
 from gateway.relay import Relay
+from gateway.reqlog import RequestLog, request_logger
 from gateway.routing import build_routed
 from gateway.runtime import build as build_components
 from gateway.settings import Settings
@@ -111,8 +112,9 @@ class GatewayApp:
         # stops start-up with the reason (ConfigError), unless the policy configures a fallback.
         self.routed = build_routed(policy, logging.getLogger("llmgw.router"))
         # Goodput, cost and the feedback store: built here because the feedback route needs them.
+        reqlog = RequestLog(request_logger(), settings.request_log_text) if settings.request_log else None
         self.observer = Observer(
-            policy, self.parts.metrics, settings.feedback_ttl_s, settings.feedback_max_entries
+            policy, self.parts.metrics, settings.feedback_ttl_s, settings.feedback_max_entries, reqlog
         )
         self.api = self._build_api()
 

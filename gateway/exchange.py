@@ -74,7 +74,7 @@ class Exchange:
 
     __slots__ = (
         "task", "finished", "client_gone", "watcher", "usage_in", "usage_out", "reported",
-        "ttft", "tpot", "broken", "costs",
+        "ttft", "tpot", "broken", "costs", "notes", "capture",
     )  # fmt: skip
 
     def __init__(self) -> None:
@@ -90,6 +90,9 @@ class Exchange:
         self.tpot: float | None = None  # mean time per output token after the first (streams)
         self.broken = False  # the pool broke the stream off after it started
         self.costs: list[tuple[str, float]] | None = None  # a cascade's (pool, USD) per priced call
+        # Request log only (gateway.reqlog): None when it is off, so the relay skips the bookkeeping.
+        self.notes: dict[str, Any] | None = None  # routing decision, escalations, the body (text on)
+        self.capture: list[bytes] | None = None  # relayed answer bytes (text logging on)
 
     def watch(self, receive: Receive) -> None:
         self.watcher = asyncio.ensure_future(receive())

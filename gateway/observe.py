@@ -13,12 +13,16 @@ alert unevaluable and a dashboard panel say "No data" instead of 0.
 
 from __future__ import annotations
 
+from typing import Any
+
 from gateway.config import Policy
 from gateway.cost import CostMetrics
 from gateway.exchange import Exchange
 from gateway.feedback import Feedback, FeedbackStore
 from gateway.metrics import Metrics
+from gateway.reqlog import RequestLog
 from gateway.slo import SloMetrics
+from ratelimit.model import Tenant
 
 FEEDBACK_TTL_S = 3600.0
 FEEDBACK_MAX_ENTRIES = 100_000
@@ -32,6 +36,7 @@ class Observer:
         metrics: Metrics,
         feedback_ttl_s: float = FEEDBACK_TTL_S,
         feedback_max_entries: int = FEEDBACK_MAX_ENTRIES,
+        request_log: RequestLog | None = None,
     ) -> None:
         registry = metrics.registry
         for pool in policy.pools:
@@ -42,31 +47,47 @@ class Observer:
         self._prices = self.cost.prices
         self.feedback = Feedback(FeedbackStore(feedback_ttl_s, feedback_max_entries), self.cost, registry)
         self._store = self.feedback.store
+        self.log = request_log
+
+    def begin(self, req: Exchange, body: dict[str, Any]) -> None:
+        """A request's body is parsed: prepare what the request log will need (nothing when off)."""
+        if self.log is not None:
+            self.log.begin(req, body)
 
     def finish(
         self,
         rid: bytes,
+        endpoint: str,
         model: str,
         pool: str,
-        org: str | None,
+        tenant: Tenant | None,
         status: int,
         streamed: bool,
         e2e: float,
         req: Exchange,
     ) -> None:
-        """One request ended with `status` after `e2e` seconds; `org` is None before authentication."""
+        """One request ended with `status` after `e2e` seconds; `tenant` is None before authentication."""
         slo = self._slo.get((model, pool))
-        if slo is not None:
+        verdict = (
             slo.record(status, streamed, req.ttft, req.tpot, e2e, req.usage_out, req.broken)
-        if org is None:
-            return
-        if req.costs is not None:
-            for call_pool, usd in req.costs:
-                self.cost.charge(org, call_pool, usd)
-        elif req.usage_in or req.usage_out:
-            price = self._prices.get((model, pool))
-            if price is not None:
-                self.cost.charge(org, pool, price.cost(req.usage_in, req.usage_out))
-        if status == 200:
-            self.cost.accept(org, pool)
-            self._store.remember(org, rid.decode(), pool)
+            if slo is not None
+            else None
+        )
+        cost: float | None = None
+        if tenant is not None:
+            org = tenant.org
+            if req.costs is not None:
+                cost = 0.0
+                for call_pool, usd in req.costs:
+                    self.cost.charge(org, call_pool, usd)
+                    cost += usd
+            elif req.usage_in or req.usage_out:
+                price = self._prices.get((model, pool))
+                if price is not None:
+                    cost = price.cost(req.usage_in, req.usage_out)
+                    self.cost.charge(org, pool, cost)
+            if status == 200:
+                self.cost.accept(org, pool)
+                self._store.remember(org, rid.decode(), pool)
+        if self.log is not None:
+            self.log.write(rid, endpoint, model, pool, tenant, status, streamed, e2e, req, cost, verdict)

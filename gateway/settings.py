@@ -33,6 +33,10 @@ class Settings(BaseSettings):
     feedback_max_entries: int = Field(
         100_000, ge=1, description="answers remembered for feedback (per process; oldest dropped first)"
     )
+    request_log: bool = Field(False, description="one JSON line per request on stdout (llmgw.requests)")
+    request_log_text: bool = Field(
+        False, description="add prompt and response text to the request log, PII and secrets redacted"
+    )
     drain_seconds: float = Field(30.0, ge=0, description="graceful shutdown window on SIGTERM")
     drain_delay_s: float = Field(
         3.0,

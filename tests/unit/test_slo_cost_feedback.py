@@ -14,6 +14,7 @@ from gateway.feedback import FeedbackRequest, FeedbackStore
 from gateway.metrics import Metrics
 from gateway.observe import Observer
 from gateway.slo import SloTargets, judge
+from ratelimit.model import Tenant
 from tests.support.prom import metric
 
 POLICY = """\
@@ -63,6 +64,10 @@ def _ex(usage_in: int = 0, usage_out: int = 0, ttft: float | None = None) -> Exc
     return ex
 
 
+def _t(org: str) -> Tenant:
+    return Tenant(key_id="k", app="a", org=org, tier="standard")
+
+
 def _observer() -> tuple[Observer, CollectorRegistry]:
     policy = parse_policy(POLICY, "t")
     metrics = Metrics(policy)
@@ -71,31 +76,37 @@ def _observer() -> tuple[Observer, CollectorRegistry]:
 
 def test_goodput_counts_met_missed_and_skips_client_errors() -> None:
     obs, reg = _observer()
-    obs.finish(b"r1", "chat", "cheap", "acme", 200, True, 1.0, _ex(10, 10, ttft=0.1))
-    obs.finish(b"r2", "chat", "cheap", "acme", 200, True, 1.0, _ex(10, 10, ttft=0.9))
-    obs.finish(b"r3", "chat", "cheap", "acme", 503, True, 0.1, _ex())
-    obs.finish(b"r4", "chat", "cheap", "acme", 429, True, 0.01, _ex())
-    obs.finish(b"r5", "chat", "cheap", None, 401, False, 0.01, _ex())
+    obs.finish(b"r1", "chat", "chat", "cheap", _t("acme"), 200, True, 1.0, _ex(10, 10, ttft=0.1))
+    obs.finish(b"r2", "chat", "chat", "cheap", _t("acme"), 200, True, 1.0, _ex(10, 10, ttft=0.9))
+    obs.finish(b"r3", "chat", "chat", "cheap", _t("acme"), 503, True, 0.1, _ex())
+    obs.finish(b"r4", "chat", "chat", "cheap", _t("acme"), 429, True, 0.01, _ex())
+    obs.finish(b"r5", "chat", "chat", "cheap", None, 401, False, 0.01, _ex())
     broken = _ex(10, 10, ttft=0.1)
     broken.broken = True
-    obs.finish(b"r6", "chat", "cheap", "acme", 200, True, 1.0, broken)
+    obs.finish(b"r6", "chat", "chat", "cheap", _t("acme"), 200, True, 1.0, broken)
     text = generate_latest(reg).decode()
     base = 'model="chat",outcome="{}",pool="cheap",slo_class="interactive"'
     assert metric(text, "llmgw_slo_requests_total", "{" + base.format("met") + "}") == 1
     assert metric(text, "llmgw_slo_requests_total", "{" + base.format("missed") + "}") == 3
     # An alias without a class is never judged.
-    obs.finish(b"r7", "unpriced", "free", "acme", 200, False, 100.0, _ex(1, 1))
+    obs.finish(b"r7", "chat", "unpriced", "free", _t("acme"), 200, False, 100.0, _ex(1, 1))
     assert metric(generate_latest(reg).decode(), "llmgw_slo_requests_total") == 4
 
 
 def test_cost_per_org_and_pool_and_per_accepted_output() -> None:
     obs, reg = _observer()
-    obs.finish(b"a", "chat", "cheap", "acme", 200, False, 0.1, _ex(1_000_000, 500_000))  # 1 + 1 USD
-    obs.finish(b"b", "chat", "cheap", "acme", 502, False, 0.1, _ex(1_000_000, 0))  # 1 USD, not accepted
+    obs.finish(
+        b"a", "chat", "chat", "cheap", _t("acme"), 200, False, 0.1, _ex(1_000_000, 500_000)
+    )  # 1 + 1 USD
+    obs.finish(
+        b"b", "chat", "chat", "cheap", _t("acme"), 502, False, 0.1, _ex(1_000_000, 0)
+    )  # 1 USD, not accepted
     cascade = _ex(30, 30)
     cascade.costs = [("cheap", 0.5), ("dear", 1.5)]  # every call of a cascade, each on its pool
-    obs.finish(b"c", "big", "dear", "acme", 200, False, 0.1, cascade)
-    obs.finish(b"d", "unpriced", "free", "other", 200, False, 0.1, _ex(99, 99))  # no price: no cost
+    obs.finish(b"c", "chat", "big", "dear", _t("acme"), 200, False, 0.1, cascade)
+    obs.finish(
+        b"d", "chat", "unpriced", "free", _t("other"), 200, False, 0.1, _ex(99, 99)
+    )  # no price: no cost
     text = generate_latest(reg).decode()
     assert metric(text, "llmgw_cost_usd_total", 'org="acme",pool="cheap"') == pytest.approx(3.5)
     assert metric(text, "llmgw_cost_usd_total", 'org="acme",pool="dear"') == pytest.approx(1.5)
@@ -113,8 +124,8 @@ def test_cost_per_org_and_pool_and_per_accepted_output() -> None:
 
 def test_feedback_only_from_the_requests_org_and_once() -> None:
     obs, _ = _observer()
-    obs.finish(b"req-1", "chat", "cheap", "acme", 200, False, 0.1, _ex(1, 1))
-    obs.finish(b"req-2", "chat", "cheap", "acme", 500, False, 0.1, _ex())
+    obs.finish(b"req-1", "chat", "chat", "cheap", _t("acme"), 200, False, 0.1, _ex(1, 1))
+    obs.finish(b"req-2", "chat", "chat", "cheap", _t("acme"), 500, False, 0.1, _ex())
     with pytest.raises(NotFoundError):
         obs.feedback.rate("globex", FeedbackRequest(request_id="req-1", accepted=False))
     with pytest.raises(NotFoundError):  # failed answers are not rated
