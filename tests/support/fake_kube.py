@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import orjson
 from aiohttp import web
+
+from tests.support.thread_server import serve_in_thread
 
 SERVICE_LABEL = "kubernetes.io/service-name"
 
@@ -115,45 +116,15 @@ class FakeKube:
 @contextmanager
 def fake_kube(port: int) -> Iterator[FakeKube]:
     kube = FakeKube()
-    loop = asyncio.new_event_loop()
-    started = threading.Event()
-    runners: list[web.AppRunner] = []
 
-    async def start() -> None:
+    def build() -> web.Application:
         kube.loop = asyncio.get_running_loop()
         app = web.Application()
         app.router.add_get("/apis/discovery.k8s.io/v1/namespaces/{ns}/endpointslices", kube.handle)
-        runner = web.AppRunner(app, shutdown_timeout=0.5)
-        await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", port).start()
-        runners.append(runner)
-        started.set()
+        return app
 
-    def run() -> None:
-        asyncio.set_event_loop(loop)
-        loop.run_until_complete(start())
-        loop.run_forever()
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    if not started.wait(10):
-        raise TimeoutError("fake API server did not start")
-    try:
+    with serve_in_thread(port, build, "fake API server"):
         yield kube
-    finally:
-
-        async def stop() -> None:
-            await runners[0].shutdown()
-            await runners[0].cleanup()
-            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-            for t in tasks:
-                t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-
-        asyncio.run_coroutine_threadsafe(stop(), loop).result(timeout=10)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(timeout=5)
-        loop.close()
 
 
 def kubeconfig(port: int, namespace: str) -> str:

@@ -7,12 +7,13 @@ Each behaviour lives under its own path prefix, so one server can back many pool
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import orjson
 from aiohttp import web
+
+from tests.support.thread_server import serve_in_thread
 
 SEEN = web.AppKey("seen", list[tuple[str, dict[str, str], bytes]])
 
@@ -79,42 +80,12 @@ async def _handle(request: web.Request) -> web.StreamResponse:
 def fake_upstream(port: int) -> Iterator[list[tuple[str, dict[str, str], bytes]]]:
     """Serve the fake on 127.0.0.1:port until the block ends; yields the list of requests seen."""
     seen: list[tuple[str, dict[str, str], bytes]] = []
-    loop = asyncio.new_event_loop()
-    started = threading.Event()
-    runner_box: list[web.AppRunner] = []
 
-    async def start() -> None:
+    def build() -> web.Application:
         app = web.Application()
         app[SEEN] = seen
         app.router.add_post("/{mode}/v1/{tail:.*}", _handle)
-        runner = web.AppRunner(app, shutdown_timeout=0.5)
-        await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", port).start()
-        runner_box.append(runner)
-        started.set()
+        return app
 
-    def run() -> None:
-        asyncio.set_event_loop(loop)
-        loop.run_until_complete(start())
-        loop.run_forever()
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    if not started.wait(10):
-        raise TimeoutError("fake upstream did not start")
-    try:
+    with serve_in_thread(port, build, "fake upstream"):
         yield seen
-    finally:
-
-        async def stop() -> None:
-            await runner_box[0].shutdown()
-            await runner_box[0].cleanup()
-            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-            for t in tasks:
-                t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-
-        asyncio.run_coroutine_threadsafe(stop(), loop).result(timeout=10)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(timeout=5)
-        loop.close()

@@ -1,0 +1,56 @@
+"""An aiohttp server on its own event loop in a background thread, for fakes that tests drive
+synchronously (the fake upstream, the fake Kubernetes API server)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from aiohttp import web
+
+
+@contextmanager
+def serve_in_thread(
+    port: int, build: Callable[[], web.Application], what: str
+) -> Iterator[asyncio.AbstractEventLoop]:
+    """Serve `build()`'s app on 127.0.0.1:port until the block ends; yields the server's loop.
+
+    `build` runs on that loop (handlers that keep loop-bound state can capture it there)."""
+    loop = asyncio.new_event_loop()
+    started = threading.Event()
+    runners: list[web.AppRunner] = []
+
+    async def start() -> None:
+        runner = web.AppRunner(build(), shutdown_timeout=0.5)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        runners.append(runner)
+        started.set()
+
+    def run() -> None:
+        asyncio.set_event_loop(loop)
+        loop.run_until_complete(start())
+        loop.run_forever()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    if not started.wait(10):
+        raise TimeoutError(f"{what} did not start")
+    try:
+        yield loop
+    finally:
+
+        async def stop() -> None:
+            await runners[0].shutdown()
+            await runners[0].cleanup()
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        asyncio.run_coroutine_threadsafe(stop(), loop).result(timeout=10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=5)
+        loop.close()
