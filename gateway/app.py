@@ -61,6 +61,7 @@ from gateway.reqlog import RequestLog, request_logger
 from gateway.routing import build_routed
 from gateway.runtime import build as build_components
 from gateway.settings import Settings
+from gateway.tracing import Tracing, build_provider
 from gateway.upstream import PoolClient, new_session
 
 RELAY_PATHS = {
@@ -100,7 +101,7 @@ class _Delegate(Response):
 
 
 class GatewayApp:
-    def __init__(self, policy: Policy, settings: Settings) -> None:
+    def __init__(self, policy: Policy, settings: Settings, tracing: Tracing | None = None) -> None:
         self.policy = policy
         self.settings = settings
         self.runtime: _Runtime | None = None
@@ -113,8 +114,16 @@ class GatewayApp:
         self.routed = build_routed(policy, logging.getLogger("llmgw.router"))
         # Goodput, cost and the feedback store: built here because the feedback route needs them.
         reqlog = RequestLog(request_logger(), settings.request_log_text) if settings.request_log else None
+        if tracing is None and settings.tracing:
+            tracing = Tracing(build_provider(settings.trace_sample_ratio))
+        self.tracing = tracing
         self.observer = Observer(
-            policy, self.parts.metrics, settings.feedback_ttl_s, settings.feedback_max_entries, reqlog
+            policy,
+            self.parts.metrics,
+            settings.feedback_ttl_s,
+            settings.feedback_max_entries,
+            reqlog,
+            tracing,
         )
         self.api = self._build_api()
 
@@ -170,6 +179,9 @@ class GatewayApp:
                 await bridge.close()
             await parts.close()
             await session.close()
+            if self.tracing is not None:
+                # Export what is still batched (bounded by the exporter's timeout), off the loop.
+                await asyncio.to_thread(self.tracing.provider.shutdown)
             # Let aiohttp's transports finish closing before the loop goes away.
             await asyncio.sleep(0)
 

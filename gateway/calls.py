@@ -22,6 +22,7 @@ from gateway.errors import GatewayError, UpstreamError, UpstreamTimeoutError, fr
 from gateway.metrics import Metrics
 from gateway.normalize import Kind
 from gateway.sse import SSESplitter
+from gateway.tracing import AnyTracing, NoTracing, Tracing
 from gateway.upstream import PATHS, RETRY_STATUSES, PoolClient, classify, no_capacity
 from pools.pool import NoCapacity
 from pools.replica import Replica
@@ -54,9 +55,12 @@ class OpenStream:
 
 
 class PoolCalls:
-    def __init__(self, session: aiohttp.ClientSession, metrics: Metrics) -> None:
+    def __init__(
+        self, session: aiohttp.ClientSession, metrics: Metrics, tracing: AnyTracing | None = None
+    ) -> None:
         self._session = session
         self._metrics = metrics
+        self._tracing = tracing or NoTracing()
 
     async def unary(
         self,
@@ -69,7 +73,7 @@ class PoolCalls:
     ) -> bytes:
         """The body of a 200 answer (the replica is released), or the pool's error raised."""
         replica, data = await self._with_retries(
-            pool, key, priority, lambda r: self._unary_attempt(pool, kind, payload, headers, r)
+            pool, key, priority, lambda r: self._unary_attempt(pool, kind, payload, headers, r), kind, headers
         )
         pool.replicas.release(replica, "ok")
         return data
@@ -86,7 +90,12 @@ class PoolCalls:
     ) -> OpenStream:
         """A stream up to its first event; `strip` = (strip_usage, strip_continuous) of the splitter."""
         _, stream = await self._with_retries(
-            pool, key, priority, lambda r: self._stream_attempt(pool, kind, payload, headers, strip, r)
+            pool,
+            key,
+            priority,
+            lambda r: self._stream_attempt(pool, kind, payload, headers, strip, r),
+            kind,
+            headers,
         )
         return stream
 
@@ -102,13 +111,25 @@ class PoolCalls:
             raise no_capacity(exc) from None
 
     async def _with_retries(
-        self, pool: PoolClient, key: int | None, priority: int, attempt: Callable[[Replica], Awaitable[_T]]
+        self,
+        pool: PoolClient,
+        key: int | None,
+        priority: int,
+        attempt: Callable[[Replica], Awaitable[_T]],
+        kind: Kind,
+        headers: dict[str, str],
     ) -> tuple[Replica, _T]:
         replicas = pool.replicas
         replica = await self._acquire(pool, key, priority)
         tried: list[Replica] = []
+        tracing = self._tracing
         while True:
             try:
+                if isinstance(tracing, Tracing):
+                    # One span per attempt; its traceparent goes to this replica in `headers`.
+                    cfg = pool.config
+                    with tracing.attempt(kind, cfg.engine, cfg.model, cfg.name, replica.base, headers):
+                        return replica, await attempt(replica)
                 return replica, await attempt(replica)
             except _Failed as failed:
                 replicas.release(replica, failed.verdict)

@@ -21,6 +21,7 @@ from gateway.exchange import Exchange, Send
 from gateway.metrics import Metrics
 from gateway.route import Route
 from gateway.routing import RoutedAlias, answer_of, call_body, sse_of, summed_usage
+from gateway.tracing import AnyTracing, NoTracing
 from router.cascade import Accept, Escalate
 from router.plan import Answer, Call, Plan
 
@@ -54,9 +55,10 @@ class Decided:
 
 
 class CascadeRunner:
-    def __init__(self, metrics: Metrics, unary: UnaryCall) -> None:
+    def __init__(self, metrics: Metrics, unary: UnaryCall, tracing: AnyTracing | None = None) -> None:
         self._metrics = metrics
         self._unary = unary
+        self._trace = tracing or NoTracing()
 
     async def _call(
         self, d: Decided, call: Call, body: dict[str, Any], headers: dict[str, str], priority: int
@@ -100,7 +102,8 @@ class CascadeRunner:
             for answer, parsed, _ in results:
                 if parsed is not None:
                     bodies[answer.call] = parsed
-            decision = cascade.judge(d.plan, state, d.prompt, [a for a, _, _ in results])
+            with self._trace.span("cascade.judge"):
+                decision = cascade.judge(d.plan, state, d.prompt, [a for a, _, _ in results])
             if isinstance(decision, Escalate):
                 self._metrics.router_escalations.labels(name, decision.reason.value).inc()
                 state, step = decision.state, decision.step

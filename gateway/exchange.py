@@ -74,7 +74,7 @@ class Exchange:
 
     __slots__ = (
         "task", "finished", "client_gone", "watcher", "usage_in", "usage_out", "reported",
-        "ttft", "tpot", "broken", "costs", "notes", "capture",
+        "ttft", "tpot", "broken", "costs", "notes", "capture", "span",
     )  # fmt: skip
 
     def __init__(self) -> None:
@@ -93,6 +93,7 @@ class Exchange:
         # Request log only (gateway.reqlog): None when it is off, so the relay skips the bookkeeping.
         self.notes: dict[str, Any] | None = None  # routing decision, escalations, the body (text on)
         self.capture: list[bytes] | None = None  # relayed answer bytes (text logging on)
+        self.span: Any = None  # the root span when tracing is on (gateway.tracing.RootSpan)
 
     def watch(self, receive: Receive) -> None:
         self.watcher = asyncio.ensure_future(receive())

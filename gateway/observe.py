@@ -20,8 +20,10 @@ from gateway.cost import CostMetrics
 from gateway.exchange import Exchange
 from gateway.feedback import Feedback, FeedbackStore
 from gateway.metrics import Metrics
+from gateway.normalize import Kind
 from gateway.reqlog import RequestLog
 from gateway.slo import SloMetrics
+from gateway.tracing import AnyTracing, NoTracing, Tracing
 from ratelimit.model import Tenant
 
 FEEDBACK_TTL_S = 3600.0
@@ -37,6 +39,7 @@ class Observer:
         feedback_ttl_s: float = FEEDBACK_TTL_S,
         feedback_max_entries: int = FEEDBACK_MAX_ENTRIES,
         request_log: RequestLog | None = None,
+        tracing: AnyTracing | None = None,
     ) -> None:
         registry = metrics.registry
         for pool in policy.pools:
@@ -48,9 +51,18 @@ class Observer:
         self.feedback = Feedback(FeedbackStore(feedback_ttl_s, feedback_max_entries), self.cost, registry)
         self._store = self.feedback.store
         self.log = request_log
+        self.tracing = tracing or NoTracing()
+        self._tracer = self.tracing if isinstance(self.tracing, Tracing) else None
 
-    def begin(self, req: Exchange, body: dict[str, Any]) -> None:
-        """A request's body is parsed: prepare what the request log will need (nothing when off)."""
+    def start(self, req: Exchange, kind: Kind, headers: list[tuple[bytes, bytes]]) -> None:
+        """A request arrived: its root span when tracing is on (current until `finish`)."""
+        if self._tracer is not None:
+            req.span = self._tracer.start_request(kind, headers)
+
+    def begin(self, req: Exchange, kind: Kind, body: dict[str, Any]) -> None:
+        """A request's body is parsed: its span's request attributes, what the request log needs."""
+        if req.span is not None:
+            Tracing.request_body(req.span, kind, body)
         if self.log is not None:
             self.log.begin(req, body)
 
@@ -91,3 +103,17 @@ class Observer:
                 self._store.remember(org, rid.decode(), pool)
         if self.log is not None:
             self.log.write(rid, endpoint, model, pool, tenant, status, streamed, e2e, req, cost, verdict)
+        if req.span is not None:
+            attrs = {
+                "gen_ai.usage.input_tokens": req.usage_in,
+                "gen_ai.usage.output_tokens": req.usage_out,
+                "gen_ai.response.time_to_first_chunk": req.ttft,
+                "llmgw.request_id": rid.decode(),
+                "llmgw.alias": model,
+                "llmgw.pool": pool,
+                "llmgw.org": tenant.org if tenant else None,
+                "llmgw.app": tenant.app if tenant else None,
+                "llmgw.cost_usd": cost,
+                "llmgw.slo": None if verdict is None else ("met" if verdict else "missed"),
+            }
+            Tracing.end_request(req.span, attrs, status)

@@ -111,9 +111,10 @@ class Relay:
         self._admissions = admissions
         self._bytes_per_token = policy.limits.input_bytes_per_token
         self._ids = ids
-        self._calls = PoolCalls(session, metrics)
-        self._cascades = CascadeRunner(metrics, self._call_unary)
         self.observer = observer or Observer(policy, metrics)
+        self._trace = self.observer.tracing
+        self._calls = PoolCalls(session, metrics, self._trace)
+        self._cascades = CascadeRunner(metrics, self._call_unary, self._trace)
 
     async def _decide(self, kind: Kind, alias: str, body: dict[str, Any], h: RequestHeaders) -> Decided:
         """A routed alias's plan for this request (difficulty off the event loop, then a pure plan)."""
@@ -194,6 +195,7 @@ class Relay:
         h = RequestHeaders(scope)
         rid = self._ids.accept(h.request_id)
         req = Exchange()
+        self.observer.start(req, kind, scope["headers"])
         route: Route | None = None
         ticket: Ticket | None = None
         tenant: Tenant | None = None
@@ -204,16 +206,18 @@ class Relay:
             body = parse_body(raw)
             alias = alias_of(body)
             try:
-                principal = await self._auth.authenticate(h.authorization, alias, api_key=h.api_key)
+                with self._trace.span("auth"):
+                    principal = await self._auth.authenticate(h.authorization, alias, api_key=h.api_key)
             except (AuthenticationError, PermissionDeniedError) as err:
                 self._metrics.auth_failures.labels(str(err.code)).inc()
                 raise
             tenant = principal.tenant
-            self.observer.begin(req, body)
+            self.observer.begin(req, kind, body)
             route = self._routes.get(alias)
             decided: Decided | None = None
             if route is None:
-                decided = await self._decide(kind, alias, body, h)
+                with self._trace.span("routing"):
+                    decided = await self._decide(kind, alias, body, h)
                 route = decided.routes[decided.plan.first_tier]
                 if req.notes is not None:
                     req.notes["route"] = {
@@ -235,16 +239,17 @@ class Relay:
             if topup:
                 # Meter the stream as it runs (vLLM: cumulative usage on every chunk).
                 body["stream_options"]["continuous_usage_stats"] = True
-            ticket = await self._admissions.admit(
-                # Leases need an id unique per admission; a client's x-request-id may repeat.
-                self._ids.new().decode(),
-                principal.tenant,
-                route.pool.config.name,
-                # A cascade may make several calls: reserve for all of them, settle what was used.
-                estimate_input_tokens(kind, body, self._bytes_per_token) * calls,
-                granted,
-                topup,
-            )
+            with self._trace.span("rate_limit"):
+                ticket = await self._admissions.admit(
+                    # Leases need an id unique per admission; a client's x-request-id may repeat.
+                    self._ids.new().decode(),
+                    principal.tenant,
+                    route.pool.config.name,
+                    # A cascade may make several calls: reserve for all of them, settle what was used.
+                    estimate_input_tokens(kind, body, self._bytes_per_token) * calls,
+                    granted,
+                    topup,
+                )
             if decided is not None:
                 ticket.headers.extend(decided.headers)
             payload = orjson.dumps(prep.body)

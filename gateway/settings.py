@@ -37,6 +37,12 @@ class Settings(BaseSettings):
     request_log_text: bool = Field(
         False, description="add prompt and response text to the request log, PII and secrets redacted"
     )
+    tracing: bool = Field(
+        False, description="OpenTelemetry traces over OTLP/HTTP (endpoint from OTEL_EXPORTER_OTLP_*)"
+    )
+    trace_sample_ratio: float = Field(
+        1.0, ge=0, le=1, description="share of new traces sampled (a sampled caller's trace is kept)"
+    )
     drain_seconds: float = Field(30.0, ge=0, description="graceful shutdown window on SIGTERM")
     drain_delay_s: float = Field(
         3.0,
