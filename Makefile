@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 PORT   ?= 8080
 FUZZ_EXAMPLES ?= 200
 
-.PHONY: install run test check lint typecheck unit integration e2e fuzz bench-overhead bench-pools router-encoder bench-router k8s-tools helm-check clean
+.PHONY: install run test check lint typecheck unit integration e2e fuzz bench-overhead bench-observe bench-pools router-encoder bench-router k8s-tools helm-check clean
 
 $(STAMP): pyproject.toml eval/routing/export_encoder.py
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) on PATH"; exit 1; }
@@ -57,6 +57,10 @@ BENCH_ARGS ?=
 bench-overhead: $(STAMP)
 	@command -v wrk >/dev/null 2>&1 || echo "note: wrk not found (apt-get install -y wrk); throughput falls back to the Python client"
 	$(BIN)/python -m eval.bench_overhead $(BENCH_ARGS)
+
+## bench-observe: CPU the observability hooks add per request (goodput/cost; + request log; + text; + traces), in process
+bench-observe: $(STAMP)
+	$(BIN)/python -m eval.overhead.observe_cost $(BENCH_ARGS)
 
 ## bench-pools: replica picking on simulator replicas: least_load vs round_robin with one 3x slower replica,
 ## prefix_affinity vs round_robin with 16 shared system prompts (a report, not a test; ~4 min)
