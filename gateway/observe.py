@@ -27,7 +27,7 @@ from gateway.tracing import AnyTracing, NoTracing, Tracing
 from ratelimit.model import Tenant
 
 FEEDBACK_TTL_S = 3600.0
-FEEDBACK_MAX_ENTRIES = 100_000
+FEEDBACK_MAX_ENTRIES = 50_000
 RETRY_OUTCOMES = ("retried", "budget_exhausted", "no_other_replica")
 
 
