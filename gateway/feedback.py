@@ -24,7 +24,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse
 from prometheus_client import CollectorRegistry, Histogram
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -32,6 +31,7 @@ from gateway.auth import Authenticator
 from gateway.cost import CostMetrics
 from gateway.errors import ConflictError, NotFoundError
 from gateway.exchange import RequestHeaders
+from gateway.openapi import error_responses
 
 
 @dataclass(slots=True)
@@ -80,6 +80,11 @@ class FeedbackRequest(BaseModel):
     score: float | None = Field(None, ge=0, le=1, description="optional quality score, 0..1")
 
 
+class FeedbackAck(BaseModel):
+    request_id: str
+    accepted: bool
+
+
 class Feedback:
     """The store, the metrics it feeds, and the route."""
 
@@ -110,12 +115,17 @@ class Feedback:
     def router(self, auth: Authenticator) -> APIRouter:
         r = APIRouter()
 
-        @r.post("/v1/feedback", status_code=200, summary="Rate an answer of your own org")
-        async def feedback(body: FeedbackRequest, request: Request) -> JSONResponse:
+        @r.post(
+            "/v1/feedback",
+            response_model=FeedbackAck,
+            responses=error_responses(400, 401, 404, 409, 503),
+            summary="Rate an answer of your own org (once; feeds cost per accepted output)",
+        )
+        async def feedback(body: FeedbackRequest, request: Request) -> FeedbackAck:
             h = RequestHeaders(request.scope)
             # Any alias: rating needs a valid key, not access to a particular model.
             principal = await auth.identify(h.authorization, api_key=h.api_key)
             self.rate(principal.tenant.org, body)
-            return JSONResponse({"request_id": body.request_id, "accepted": body.accepted})
+            return FeedbackAck(request_id=body.request_id, accepted=body.accepted)
 
         return r

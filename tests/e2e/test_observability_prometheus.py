@@ -258,5 +258,7 @@ def test_every_dashboard_query_and_alert_expression_returns_series(obs: ObsStack
     assert len(queries) > 30
     # `offset 10s` needs ten seconds of history past the run's first samples.
     wait_until(lambda: obs.prom.query("llmgw_requests_total offset 15s"), what="15 s of history")
+    # A query on a metric nobody exports must come back empty, or this check proves nothing.
+    assert obs.prom.query(_runnable("sum(rate(llmgw_not_exported_total[$__rate_interval])) > 1")) == []
     empty = [(where, expr) for where, expr in queries if not obs.prom.query(_runnable(expr))]
     assert not empty, "queries with no series:\n" + "\n".join(f"{w}: {e}" for w, e in empty)
