@@ -38,6 +38,8 @@ class _OrgPool:
     cost: Counter
     accepted: Counter
     rejected: Counter
+    tokens_in: Counter
+    tokens_out: Counter
 
 
 @dataclass(slots=True)
@@ -67,6 +69,18 @@ class CostMetrics:
             ["org", "pool"],
             registry=registry,
         )
+        # Per tenant: what the alias/pool counters cannot say (whose tokens, whose 429s).
+        self._tokens = Counter(
+            "llmgw_org_tokens",
+            "Tokens settled per org (what its budgets were charged), by pool and direction",
+            ["org", "pool", "direction"],
+            registry=registry,
+        )
+        self._answers = Counter(
+            "llmgw_org_requests", "Requests per org by HTTP status (429 = budgets)", ["org", "code"],
+            registry=registry,
+        )  # fmt: skip
+        self._answer_children: dict[tuple[str, int], Counter] = {}
         self.feedback = Counter(
             "llmgw_feedback",
             "Feedback received, by pool and verdict",
@@ -91,11 +105,26 @@ class CostMetrics:
         if c is None:
             labels = (org, pool)
             c = _OrgPool(
-                self._cost.labels(*labels), self._accepted.labels(*labels), self._rejected.labels(*labels)
+                self._cost.labels(*labels),
+                self._accepted.labels(*labels),
+                self._rejected.labels(*labels),
+                self._tokens.labels(org, pool, "input"),
+                self._tokens.labels(org, pool, "output"),
             )
             self._children[(org, pool)] = c
             self.totals.setdefault(org, _Totals())
         return c
+
+    def count(self, org: str, pool: str, status: int, input_tokens: int, output_tokens: int) -> None:
+        """One finished request of `org`: its status, and its settled tokens when it had any."""
+        a = self._answer_children.get((org, status))
+        if a is None:
+            a = self._answer_children[(org, status)] = self._answers.labels(org, str(status))
+        a.inc()
+        if input_tokens or output_tokens:
+            c = self._of(org, pool)
+            c.tokens_in.inc(input_tokens)
+            c.tokens_out.inc(output_tokens)
 
     def charge(self, org: str, pool: str, usd: float) -> None:
         self._of(org, pool).cost.inc(usd)

@@ -88,6 +88,7 @@ class Observer:
         cost: float | None = None
         if tenant is not None:
             org = tenant.org
+            self.cost.count(org, pool, status, req.usage_in, req.usage_out)
             if req.costs is not None:
                 cost = 0.0
                 for call_pool, usd in req.costs:

@@ -112,6 +112,8 @@ def test_cost_per_org_and_pool_and_per_accepted_output() -> None:
     assert metric(text, "llmgw_cost_usd_total", 'org="acme",pool="dear"') == pytest.approx(1.5)
     assert metric(text, "llmgw_cost_usd_total", 'org="other"') == 0
     assert metric(text, "llmgw_accepted_outputs_total", 'org="acme"') == 2
+    assert metric(text, "llmgw_org_requests_total", 'code="502",org="acme"') == 1
+    assert metric(text, "llmgw_org_tokens_total", 'direction="input",org="acme",pool="cheap"') == 2_000_000
     # 5 USD over 2 accepted outputs; feedback rejecting one doubles it.
     assert metric(text, "llmgw_cost_per_accepted_output_usd", 'org="acme"') == pytest.approx(2.5)
     obs.feedback.rate("acme", FeedbackRequest(request_id="a", accepted=False, score=0.2))
