@@ -37,6 +37,25 @@ class Timeouts(_Frozen):
     total_s: float = Field(600.0, gt=0, description="whole request, including the full stream")
 
 
+class GpuHourPrice(_Frozen):
+    """A self-hosted pool's price as GPU time, turned into a per-token price by its measured throughput.
+
+    USD per output token = usd_per_gpu_hour x gpus_per_replica / (3600 x output_tokens_per_s), where
+    `output_tokens_per_s` is what one replica sustains at the load-tested operating point (e.g. the
+    throughput `llmgw bench` reports at the concurrency the pool runs at). Input tokens cost
+    `input_weight` of an output token (prefill is batched and far cheaper per token than decode).
+    """
+
+    usd_per_gpu_hour: float = Field(gt=0)
+    gpus_per_replica: int = Field(1, ge=1)
+    output_tokens_per_s: float = Field(gt=0, description="measured throughput of one replica")
+    input_weight: float = Field(0.1, ge=0, description="cost of an input token relative to an output token")
+
+    def per_mtok(self) -> Price:
+        out = self.usd_per_gpu_hour * self.gpus_per_replica / (3600.0 * self.output_tokens_per_s) * 1e6
+        return Price(input_per_mtok=out * self.input_weight, output_per_mtok=out)
+
+
 class Pool(_Frozen):
     name: PoolName
     engine: Literal["vllm", "openai", "litellm"] = Field(
@@ -57,13 +76,27 @@ class Pool(_Frozen):
     )
     timeouts: Timeouts = Timeouts()
     price: Price | None = Field(
-        None, description="USD per million input/output tokens: cost accounting of routed aliases"
+        None, description="USD per million input/output tokens: cost accounting and routed aliases"
+    )
+    gpu_hour: GpuHourPrice | None = Field(
+        None, description="price as GPU time and measured throughput (sets `price`; give one of the two)"
     )
     balancing: Balancing = Field(Balancing(), description="replica picking (round_robin, least_load, ...)")
     saturation: Saturation = Field(Saturation(), description="when a replica takes no more requests")
     retries: Retries = Field(Retries(), description="retries before the first byte, under a budget")
     breaker: Breaker = Field(Breaker(), description="per-replica circuit breaker")
     admission: Admission = Field(Admission(), description="holding requests when no replica can take them")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _price_from_gpu_hour(cls, data: Any) -> Any:
+        # Everything that reads `price` (cost accounting, routed tiers) then works unchanged.
+        if isinstance(data, dict) and data.get("gpu_hour") is not None:
+            if data.get("price") is not None:
+                raise ValueError("give either price or gpu_hour, not both")
+            gpu = GpuHourPrice.model_validate(data["gpu_hour"])
+            data = {**data, "gpu_hour": gpu, "price": gpu.per_mtok()}
+        return data
 
     @model_validator(mode="after")
     def _endpoints_fit_the_engine(self) -> Pool:

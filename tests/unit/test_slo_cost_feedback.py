@@ -152,3 +152,25 @@ def test_feedback_store_is_bounded_and_expires() -> None:
     assert store.find("acme", "r4") is None
     store.remember("acme", "late", "cheap")  # expired entries are dropped on the next insert
     assert len(store) == 1
+
+
+def test_gpu_hour_price_becomes_a_token_price() -> None:
+    policy = parse_policy(
+        """\
+pools:
+  - {name: gpu, model: m, endpoints: {static: ["http://127.0.0.1:1"]},
+     gpu_hour: {usd_per_gpu_hour: 3.6, gpus_per_replica: 2, output_tokens_per_s: 1000}}
+models:
+  - {name: chat, route: {pool: gpu}}
+""",
+        "t",
+    )
+    # 3.6 USD x 2 GPUs per hour at 1,000 tokens/s = 2 USD per million output tokens; input at 0.1 of that.
+    price = policy.pools[0].price
+    assert price is not None
+    assert (price.input_per_mtok, price.output_per_mtok) == pytest.approx((0.2, 2.0))
+    metrics = Metrics(policy)
+    obs = Observer(policy, metrics)
+    obs.finish(b"g", "chat", "chat", "gpu", _t("acme"), 200, False, 0.1, _ex(1_000_000, 1_000_000))
+    text = generate_latest(metrics.registry).decode()
+    assert metric(text, "llmgw_cost_usd_total", 'org="acme",pool="gpu"') == pytest.approx(2.2)
