@@ -61,7 +61,7 @@ from gateway.reqlog import RequestLog, request_logger
 from gateway.routing import build_routed
 from gateway.runtime import build as build_components
 from gateway.settings import Settings
-from gateway.tracing import Tracing, build_provider
+from gateway.tracing import TraceHooks
 from gateway.upstream import PoolClient, new_session
 
 RELAY_PATHS = {
@@ -101,7 +101,7 @@ class _Delegate(Response):
 
 
 class GatewayApp:
-    def __init__(self, policy: Policy, settings: Settings, tracing: Tracing | None = None) -> None:
+    def __init__(self, policy: Policy, settings: Settings, tracing: TraceHooks | None = None) -> None:
         self.policy = policy
         self.settings = settings
         self.runtime: _Runtime | None = None
@@ -115,6 +115,8 @@ class GatewayApp:
         # Goodput, cost and the feedback store: built here because the feedback route needs them.
         reqlog = RequestLog(request_logger(), settings.request_log_text) if settings.request_log else None
         if tracing is None and settings.tracing:
+            from gateway.otel import Tracing, build_provider  # only with traces on: the SDK is big
+
             tracing = Tracing(build_provider(settings.trace_sample_ratio))
         self.tracing = tracing
         self.observer = Observer(
@@ -179,9 +181,10 @@ class GatewayApp:
                 await bridge.close()
             await parts.close()
             await session.close()
-            if self.tracing is not None:
+            provider = getattr(self.tracing, "provider", None)  # gateway.otel.Tracing's SDK provider
+            if provider is not None:
                 # Export what is still batched (bounded by the exporter's timeout), off the loop.
-                await asyncio.to_thread(self.tracing.provider.shutdown)
+                await asyncio.to_thread(provider.shutdown)
             # Let aiohttp's transports finish closing before the loop goes away.
             await asyncio.sleep(0)
 

@@ -22,7 +22,7 @@ from gateway.errors import GatewayError, UpstreamError, UpstreamTimeoutError, fr
 from gateway.metrics import Metrics
 from gateway.normalize import Kind
 from gateway.sse import SSESplitter
-from gateway.tracing import AnyTracing, NoTracing, Tracing
+from gateway.tracing import NoTracing, TraceHooks
 from gateway.upstream import PATHS, RETRY_STATUSES, PoolClient, classify, no_capacity
 from pools.pool import NoCapacity
 from pools.replica import Replica
@@ -56,11 +56,11 @@ class OpenStream:
 
 class PoolCalls:
     def __init__(
-        self, session: aiohttp.ClientSession, metrics: Metrics, tracing: AnyTracing | None = None
+        self, session: aiohttp.ClientSession, metrics: Metrics, tracing: TraceHooks | None = None
     ) -> None:
         self._session = session
         self._metrics = metrics
-        self._tracing = tracing or NoTracing()
+        self._tracing: TraceHooks = tracing or NoTracing()
 
     async def unary(
         self,
@@ -125,7 +125,7 @@ class PoolCalls:
         tracing = self._tracing
         while True:
             try:
-                if isinstance(tracing, Tracing):
+                if tracing.enabled:
                     # One span per attempt; its traceparent goes to this replica in `headers`.
                     cfg = pool.config
                     with tracing.attempt(kind, cfg.engine, cfg.model, cfg.name, replica.base, headers):

@@ -21,7 +21,7 @@ from gateway.exchange import Exchange, Send
 from gateway.metrics import Metrics
 from gateway.route import Route
 from gateway.routing import RoutedAlias, answer_of, call_body, sse_of, summed_usage
-from gateway.tracing import AnyTracing, NoTracing
+from gateway.tracing import NoTracing, TraceHooks
 from router.cascade import Accept, Escalate
 from router.plan import Answer, Call, Plan
 
@@ -55,10 +55,10 @@ class Decided:
 
 
 class CascadeRunner:
-    def __init__(self, metrics: Metrics, unary: UnaryCall, tracing: AnyTracing | None = None) -> None:
+    def __init__(self, metrics: Metrics, unary: UnaryCall, tracing: TraceHooks | None = None) -> None:
         self._metrics = metrics
         self._unary = unary
-        self._trace = tracing or NoTracing()
+        self._trace: TraceHooks = tracing or NoTracing()
 
     async def _call(
         self, d: Decided, call: Call, body: dict[str, Any], headers: dict[str, str], priority: int

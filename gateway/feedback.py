@@ -34,42 +34,69 @@ from gateway.exchange import RequestHeaders
 from gateway.openapi import error_responses
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Delivered:
     pool: str
     at: float
-    verdict: bool | None = None
+    rated: bool
+
+
+_POOL_BITS = 16  # pool index in the low bits of an entry, delivery time (0.1 s ticks) above
 
 
 class FeedbackStore:
-    """Bounded, TTL'd record of delivered answers (one replica's memory)."""
+    """Bounded, TTL'd record of delivered answers (one replica's memory).
+
+    Compact on purpose (~175 B an entry instead of ~320 B for tuples of strings): an entry is one
+    int key, the process-salted 64-bit hash of (org, request id), and one int value, the delivery
+    time in 0.1 s ticks and the pool's index. Two live entries colliding would take ~2^32 of them;
+    the 50,000 default makes it a ~1e-10 event, and it could only merge two answers' ratings.
+    """
 
     def __init__(self, ttl_s: float, max_entries: int, clock: Callable[[], float] = time.monotonic) -> None:
         self._ttl = ttl_s
         self._max = max_entries
         self._clock = clock
-        self._entries: OrderedDict[tuple[str, str], Delivered] = OrderedDict()
+        self._entries: OrderedDict[int, int] = OrderedDict()
+        self._rated: set[int] = set()
+        self._pools: list[str] = []
+        self._pool_ids: dict[str, int] = {}
 
     def __len__(self) -> int:
         return len(self._entries)
 
     def remember(self, org: str, request_id: str, pool: str) -> None:
+        pid = self._pool_ids.get(pool)
+        if pid is None:
+            pid = self._pool_ids[pool] = len(self._pools)
+            self._pools.append(pool)
         now = self._clock()
         entries = self._entries
-        entries[(org, request_id)] = Delivered(pool, now)
-        entries.move_to_end((org, request_id))
+        key = hash((org, request_id))
+        if entries.pop(key, None) is not None:
+            self._rated.discard(key)  # a client reusing its x-request-id: the new answer replaces it
+        entries[key] = int(now * 10) << _POOL_BITS | pid
         # Insertion order is age order: drop from the front while too many or too old.
+        oldest = now * 10 - self._ttl * 10
         while entries:
-            first = next(iter(entries.values()))
-            if len(entries) <= self._max and now - first.at <= self._ttl:
+            first_key, first = next(iter(entries.items()))
+            if len(entries) <= self._max and first >> _POOL_BITS >= oldest:
                 break
             entries.popitem(last=False)
+            self._rated.discard(first_key)
 
     def find(self, org: str, request_id: str) -> Delivered | None:
-        d = self._entries.get((org, request_id))
-        if d is None or self._clock() - d.at > self._ttl:
+        key = hash((org, request_id))
+        v = self._entries.get(key)
+        if v is None:
             return None
-        return d
+        at = (v >> _POOL_BITS) / 10
+        if self._clock() - at > self._ttl:
+            return None
+        return Delivered(self._pools[v & ((1 << _POOL_BITS) - 1)], at, key in self._rated)
+
+    def mark_rated(self, org: str, request_id: str) -> None:
+        self._rated.add(hash((org, request_id)))
 
 
 class FeedbackRequest(BaseModel):
@@ -103,9 +130,9 @@ class Feedback:
         d = self.store.find(org, body.request_id)
         if d is None:
             raise NotFoundError(f"no answer with request id '{body.request_id}' to rate (or it expired)")
-        if d.verdict is not None:
+        if d.rated:
             raise ConflictError(f"request '{body.request_id}' was already rated", code="feedback_exists")
-        d.verdict = body.accepted
+        self.store.mark_rated(org, body.request_id)
         self._cost.feedback.labels(d.pool, "true" if body.accepted else "false").inc()
         if not body.accepted:
             self._cost.reject(org, d.pool)

@@ -23,7 +23,7 @@ from gateway.metrics import Metrics
 from gateway.normalize import Kind
 from gateway.reqlog import RequestLog
 from gateway.slo import SloMetrics
-from gateway.tracing import AnyTracing, NoTracing, Tracing
+from gateway.tracing import NoTracing, TraceHooks
 from ratelimit.model import Tenant
 
 FEEDBACK_TTL_S = 3600.0
@@ -39,7 +39,7 @@ class Observer:
         feedback_ttl_s: float = FEEDBACK_TTL_S,
         feedback_max_entries: int = FEEDBACK_MAX_ENTRIES,
         request_log: RequestLog | None = None,
-        tracing: AnyTracing | None = None,
+        tracing: TraceHooks | None = None,
     ) -> None:
         registry = metrics.registry
         for pool in policy.pools:
@@ -51,8 +51,8 @@ class Observer:
         self.feedback = Feedback(FeedbackStore(feedback_ttl_s, feedback_max_entries), self.cost, registry)
         self._store = self.feedback.store
         self.log = request_log
-        self.tracing = tracing or NoTracing()
-        self._tracer = self.tracing if isinstance(self.tracing, Tracing) else None
+        self.tracing: TraceHooks = tracing or NoTracing()
+        self._tracer = self.tracing if self.tracing.enabled else None
 
     def start(self, req: Exchange, kind: Kind, headers: list[tuple[bytes, bytes]]) -> None:
         """A request arrived: its root span when tracing is on (current until `finish`)."""
@@ -62,7 +62,7 @@ class Observer:
     def begin(self, req: Exchange, kind: Kind, body: dict[str, Any]) -> None:
         """A request's body is parsed: its span's request attributes, what the request log needs."""
         if req.span is not None:
-            Tracing.request_body(req.span, kind, body)
+            self.tracing.request_body(req.span, kind, body)
         if self.log is not None:
             self.log.begin(req, body)
 
@@ -117,4 +117,4 @@ class Observer:
                 "llmgw.cost_usd": cost,
                 "llmgw.slo": None if verdict is None else ("met" if verdict else "missed"),
             }
-            Tracing.end_request(req.span, attrs, status)
+            self.tracing.end_request(req.span, attrs, status)

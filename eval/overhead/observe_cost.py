@@ -26,8 +26,8 @@ from gateway.exchange import Exchange
 from gateway.metrics import Metrics
 from gateway.normalize import Kind
 from gateway.observe import Observer
+from gateway.otel import Tracing
 from gateway.reqlog import RequestLog
-from gateway.tracing import Tracing
 from ratelimit.model import Tenant
 
 POLICY = """\

@@ -25,8 +25,8 @@ from opentelemetry.trace import SpanKind
 from gateway.app import GatewayApp
 from gateway.config import load_policy
 from gateway.keys import generate_key, hash_key
+from gateway.otel import Tracing
 from gateway.settings import Settings
-from gateway.tracing import Tracing
 from tests.support.procs import free_port, running, sim_args, wait_http
 from tests.support.recording_proxy import recording_proxy
 
