@@ -25,7 +25,7 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -33,10 +33,13 @@ from gateway.config import ConfigError, Policy
 from router.artifact_error import RouterArtifactError
 from router.cascade import Cascade
 from router.config import LogprobScorer, RoutingPolicy, TrainedScorer
-from router.difficulty import DifficultyModel, request_text
 from router.plan import Answer, Call, Plan, total_tokens
 from router.policy import plan_route, resolve_thresholds
 from router.scorers import ScorerArtifactError, TrainedAnswerScorer
+from router.text import request_text
+
+if TYPE_CHECKING:
+    from router.difficulty import DifficultyModel
 
 LATENCY_BUDGET_HEADER = "x-llmgw-latency-budget-ms"
 RISK_HEADER = "x-llmgw-risk"  # comma-separated risk flags, matched against `risk_floor`
@@ -115,6 +118,9 @@ def build_routed(policy: Policy, log: logging.Logger) -> dict[str, RoutedAlias]:
         fallback: str | None = None
         thresholds: tuple[float, ...] | None = None
         if rp.difficulty is not None:
+            # Imported here: numpy, onnxruntime and the encoder load only when a model is used.
+            from router.difficulty import DifficultyModel
+
             try:
                 model = models.get(rp.difficulty.model) or DifficultyModel.load(rp.difficulty.model)
                 models[rp.difficulty.model] = model

@@ -24,38 +24,15 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from router.artifact import Artifact, load_artifact
 from router.artifact_error import RouterArtifactError
 from router.encoder import PROBE_MIN_COSINE, PROBE_TEXT, Encoder, probe_cosine
+from router.text import request_text
 
 __all__ = ["DifficultyModel", "RouterArtifactError", "request_text"]
-
-
-def _content_text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        # OpenAI content parts: keep text parts, ignore images/audio/files (the encoder reads text).
-        parts = [
-            p["text"]
-            for p in content
-            if isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
-        ]
-        return "\n".join(parts)
-    return ""
-
-
-def request_text(messages: list[dict[str, Any]]) -> str:
-    """The text the router embeds: the last user turn (system prompts and history are shared context,
-    the last user turn is what this request asks). No user turn, or no text in it -> ""."""
-    for message in reversed(messages):
-        if isinstance(message, dict) and message.get("role") == "user":
-            return _content_text(message.get("content"))
-    return ""
 
 
 def _text_key(text: str) -> bytes:
