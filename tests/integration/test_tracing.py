@@ -9,6 +9,7 @@ non-streamed request and for a cascade, that the simulator receives the attempt 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -88,9 +89,18 @@ def _trace_of(spans: list[ReadableSpan], root: ReadableSpan) -> list[ReadableSpa
     return [s for s in spans if s.context is not None and s.context.trace_id == root.context.trace_id]
 
 
-def _root(traced: Traced, alias: str) -> tuple[ReadableSpan, list[ReadableSpan]]:
-    spans = list(traced.spans.get_finished_spans())
-    [root] = [s for s in spans if s.name == f"chat {alias}" and s.kind is SpanKind.SERVER]
+def _root(traced: Traced, alias: str | None) -> tuple[ReadableSpan, list[ReadableSpan]]:
+    # The root span ends in the server's thread just after the last byte is sent, which can be after
+    # the client has read it: wait for it (a wait for an event, not a timing assertion).
+    deadline = time.monotonic() + 10
+    while True:
+        spans = list(traced.spans.get_finished_spans())
+        name = f"chat {alias}" if alias else "chat"
+        roots = [s for s in spans if s.name == name and s.kind is SpanKind.SERVER]
+        if roots or time.monotonic() > deadline:
+            break
+        time.sleep(0.01)
+    [root] = roots
     return root, _trace_of(spans, root)
 
 
@@ -180,5 +190,5 @@ def test_errors_are_marked(traced: Traced) -> None:
         headers={"authorization": "Bearer sk-wrong"},
     )
     assert r.status_code == 401
-    [root] = [s for s in traced.spans.get_finished_spans() if s.kind is SpanKind.SERVER]
+    root, _ = _root(traced, None)  # unauthenticated: the body's attributes are not recorded
     assert (root.attributes or {})["error.type"] == "401"
