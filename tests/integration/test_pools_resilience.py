@@ -3,10 +3,7 @@ and SIGTERM draining. Waits poll for a state with a generous deadline; nothing a
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -17,7 +14,7 @@ import httpx
 import pytest
 
 from tests.support.fake_upstream import fake_upstream
-from tests.support.procs import free_port, running, sim_args, wait_http
+from tests.support.procs import free_port, running, sim_args
 from tests.support.prom import metric
 
 # ~40 tokens at ~50 ms a step: a stream that is still running when the test acts on it.
@@ -157,7 +154,7 @@ def test_sigterm_turns_readiness_off_and_drains_streams_before_exiting(
     tmp_path: Path, workers: int, request: pytest.FixtureRequest
 ) -> None:
     sim, gw = free_port(), free_port()
-    env = {**os.environ, "LLMGW_DRAIN_DELAY_S": "1.0", "LLMGW_DRAIN_SECONDS": "20"}
+    env = {"LLMGW_DRAIN_DELAY_S": "1.0", "LLMGW_DRAIN_SECONDS": "20"}
     top = "tenancy: {auth: disabled}\n"
     if workers > 1:  # several workers need the shared (Redis) limiter and key store
         redis = request.getfixturevalue("redis_server")
@@ -167,29 +164,18 @@ def test_sigterm_turns_readiness_off_and_drains_streams_before_exiting(
     cfg = _policy(tmp_path / "p.yaml", [f"http://127.0.0.1:{sim}"], top=top)
     base = f"http://127.0.0.1:{gw}"
     with running(sim_args(sim, "p", *SLOW_SIM), f"http://127.0.0.1:{sim}/health"):
-        with open(tmp_path / "gw.log", "wb") as log:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "gateway", "serve", "--config", str(cfg), "--port", str(gw)],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=env,
-            )
-            try:
-                wait_http(f"{base}/readyz", proc)
-                assert httpx.get(f"{base}/readyz").status_code == 200
-                with ThreadPoolExecutor(2) as pool:
-                    first = pool.submit(_stream, base, lambda: proc.send_signal(signal.SIGTERM))
-                    _until(lambda: httpx.get(f"{base}/readyz").status_code == 503, "readiness turns false")
-                    # Still serving during the drain delay: the load balancer may not know yet.
-                    second = httpx.post(f"{base}/v1/chat/completions", json=_body(False, 2), timeout=10)
-                    status, events = first.result()
-                # uvicorn re-raises the captured SIGTERM after its graceful shutdown (the conventional
-                # exit status of a process ended by SIGTERM).
-                assert proc.wait(timeout=30) in (0, -signal.SIGTERM)
-            finally:
-                if proc.poll() is None:
-                    proc.kill()
-                    proc.wait()
+        serve = ["serve", "--config", str(cfg), "--port", str(gw)]
+        with running(serve, f"{base}/readyz", env=env, log=tmp_path / "gw.log") as proc:
+            assert httpx.get(f"{base}/readyz").status_code == 200
+            with ThreadPoolExecutor(2) as pool:
+                first = pool.submit(_stream, base, lambda: proc.send_signal(signal.SIGTERM))
+                _until(lambda: httpx.get(f"{base}/readyz").status_code == 503, "readiness turns false")
+                # Still serving during the drain delay: the load balancer may not know yet.
+                second = httpx.post(f"{base}/v1/chat/completions", json=_body(False, 2), timeout=10)
+                status, events = first.result()
+            # uvicorn re-raises the captured SIGTERM after its graceful shutdown (the conventional
+            # exit status of a process ended by SIGTERM).
+            assert proc.wait(timeout=30) in (0, -signal.SIGTERM)
     assert second.status_code == 200
     assert "Application shutdown complete" in (tmp_path / "gw.log").read_text()
     assert status == 200 and events[-1] == "data: [DONE]"
@@ -201,29 +187,18 @@ def test_a_stream_outliving_the_drain_period_ends_with_an_error_event(tmp_path: 
     sim, gw = free_port(), free_port()
     cfg = _policy(tmp_path / "p.yaml", [f"http://127.0.0.1:{sim}"])
     base = f"http://127.0.0.1:{gw}"
-    env = {**os.environ, "LLMGW_DRAIN_DELAY_S": "0.2", "LLMGW_DRAIN_SECONDS": "1"}
+    env = {"LLMGW_DRAIN_DELAY_S": "0.2", "LLMGW_DRAIN_SECONDS": "1"}
     body = {**_body(True, 200)}  # ~10 s of tokens: longer than the drain period
     with running(sim_args(sim, "p", *SLOW_SIM), f"http://127.0.0.1:{sim}/health"):
-        with open(tmp_path / "gw.log", "wb") as log:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "gateway", "serve", "--config", str(cfg), "--port", str(gw)],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=env,
-            )
-            try:
-                wait_http(f"{base}/readyz", proc)
-                with httpx.stream("POST", f"{base}/v1/chat/completions", json=body, timeout=30) as r:
-                    text = ""
-                    for chunk in r.iter_text():
-                        if not text:
-                            proc.send_signal(signal.SIGTERM)
-                        text += chunk
-                proc.wait(timeout=30)
-            finally:
-                if proc.poll() is None:
-                    proc.kill()
-                    proc.wait()
+        serve = ["serve", "--config", str(cfg), "--port", str(gw)]
+        with running(serve, f"{base}/readyz", env=env, log=tmp_path / "gw.log") as proc:
+            with httpx.stream("POST", f"{base}/v1/chat/completions", json=body, timeout=30) as r:
+                text = ""
+                for chunk in r.iter_text():
+                    if not text:
+                        proc.send_signal(signal.SIGTERM)
+                    text += chunk
+            proc.wait(timeout=30)
     events = [e for e in text.split("\n\n") if e]
     assert events[-1] == "data: [DONE]"
     assert "shutting down" in events[-2] and '"error"' in events[-2]

@@ -39,6 +39,16 @@ def wait_http(url: str, proc: subprocess.Popen[bytes] | None = None, timeout: fl
     raise TimeoutError(f"{url} did not answer within {timeout}s")
 
 
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM (a clean shutdown), then SIGKILL if the process is still there after 10 s."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 @contextmanager
 def running(
     args: Sequence[str], ready_url: str, env: dict[str, str] | None = None, log: Path | None = None
@@ -53,12 +63,7 @@ def running(
         wait_http(ready_url, proc if log is None else None)
         yield proc
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc)
         if log is not None and not isinstance(out, int):
             out.close()
 

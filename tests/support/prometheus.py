@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -22,7 +21,7 @@ import httpx
 import pytest
 import yaml
 
-from tests.support.procs import free_port, wait_http
+from tests.support.procs import free_port, stop, wait_http
 
 PROMETHEUS = shutil.which("prometheus")
 
@@ -85,12 +84,7 @@ def running_prometheus(tmp: Path, targets: dict[str, list[str]]) -> Iterator[Pro
         wait_http(f"{url}/-/ready", proc, timeout=60)
         yield Prom(url)
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc)
         log.close()
 
 
