@@ -41,9 +41,6 @@ from router.text import request_text
 if TYPE_CHECKING:
     from router.difficulty import DifficultyModel
 
-LATENCY_BUDGET_HEADER = "x-llmgw-latency-budget-ms"
-RISK_HEADER = "x-llmgw-risk"  # comma-separated risk flags, matched against `risk_floor`
-
 
 @dataclass(frozen=True, slots=True)
 class RoutedAlias:
@@ -143,7 +140,7 @@ def build_routed(policy: Policy, log: logging.Logger) -> dict[str, RoutedAlias]:
                 model = None
             except ValueError as exc:
                 raise ConfigError(f"{where}.difficulty: {exc}") from exc
-        elif rp.difficulty is None:
+        else:
             thresholds = resolve_thresholds(rp, None)
         out[m.name] = RoutedAlias(
             name=m.name,
