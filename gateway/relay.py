@@ -138,10 +138,10 @@ class Relay:
                 raise InvalidRequestError(
                     "x-llmgw-latency-budget-ms must be a positive number of milliseconds"
                 )
-        risk = [f for f in h.risk.decode("latin-1").split(",") if f.strip()] if h.risk else []
+        risk = [f.strip() for f in h.risk.decode("latin-1").split(",") if f.strip()] if h.risk else []
         t = perf_counter()
         plan, difficulty, prompt = await routed.plan(
-            body.get("messages"), budget, [f.strip() for f in risk], bool(body.get("stream"))
+            body.get("messages"), budget, risk, bool(body.get("stream"))
         )
         self._metrics.router_seconds.labels(alias).observe(perf_counter() - t)
         headers: list[tuple[bytes, bytes]] = []
