@@ -33,8 +33,8 @@ test: $(STAMP) check k8s-tools
 check: lint typecheck
 
 lint: $(STAMP)
-	$(BIN)/ruff check gateway eval ratelimit pools router tests scripts
-	$(BIN)/ruff format --check gateway eval ratelimit pools router tests scripts
+	$(BIN)/ruff check gateway eval ratelimit pools router cache tests scripts
+	$(BIN)/ruff format --check gateway eval ratelimit pools router cache tests scripts
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
