@@ -1,34 +1,51 @@
-"""A throwaway `redis-server` process for tests (no persistence, temp dir, restartable on its port)."""
+"""A throwaway `redis-server` process for tests (no persistence, temp dir, restartable on its port).
+
+`stack=True` starts Redis 7.4 with the query engine (RediSearch: FT.*, vector search) through the wrapper
+scripts/install-redis-stack writes; Debian's redis-server has no FT.* commands. Tests that need it run in
+CI (`make test` installs it first), so a missing wrapper is an error, never a skip.
+"""
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
 import time
 from pathlib import Path
 
-from tests.support.procs import free_port
+from tests.support.procs import ROOT, free_port
 
 REDIS_SERVER = shutil.which("redis-server")
+REDIS_STACK_SERVER = ROOT / ".tools" / "bin" / "redis-stack-server"
 
 
 class RedisServer:
     """Start / kill / restart one redis-server on a fixed port (restart keeps the port, loses the data)."""
 
-    def __init__(self, workdir: Path, port: int | None = None) -> None:
+    def __init__(self, workdir: Path, port: int | None = None, *, stack: bool = False) -> None:
         self.workdir = workdir
         self.port = port or free_port()
+        self.stack = stack
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
+    def _binary(self) -> str:
+        if not self.stack:
+            assert REDIS_SERVER is not None
+            return REDIS_SERVER
+        if not os.access(REDIS_STACK_SERVER, os.X_OK):
+            raise RuntimeError(
+                f"{REDIS_STACK_SERVER} is missing: run scripts/install-redis-stack (make test does)"
+            )
+        return str(REDIS_STACK_SERVER)
+
     def start(self) -> None:
-        assert REDIS_SERVER is not None
         args = [
-            REDIS_SERVER,
+            self._binary(),
             "--port",
             str(self.port),
             "--bind",
@@ -38,13 +55,23 @@ class RedisServer:
             "--appendonly",
             "no",
         ]
-        self.proc = subprocess.Popen(
-            args, cwd=self.workdir, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-        )
+        # The stack server's log is kept: a module that fails to load (e.g. a missing libssl.so.1.1)
+        # only says so there.
+        log_path = self.workdir / f"redis-stack-{self.port}.log" if self.stack else None
+        if log_path is None:
+            self.proc = subprocess.Popen(
+                args, cwd=self.workdir, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            )
+        else:
+            with log_path.open("wb") as log:  # the child keeps its own descriptor
+                self.proc = subprocess.Popen(args, cwd=self.workdir, stdout=log, stderr=log)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"redis-server exited with {self.proc.returncode}")
+                tail = ""
+                if log_path is not None:
+                    tail = ":\n" + "\n".join(log_path.read_text(errors="replace").splitlines()[-10:])
+                raise RuntimeError(f"redis-server exited with {self.proc.returncode}{tail}")
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as s:
                     s.sendall(b"PING\r\n")
