@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-Arg = bytes | str | int | float
+Arg = bytes | str | int
 
 
 class Commands(Protocol):
@@ -13,3 +13,11 @@ class Commands(Protocol):
     exception classes. `ratelimit.resp.RespClient` fits."""
 
     async def execute(self, *args: Arg) -> Any: ...
+
+
+class Embedder(Protocol):
+    """The semantic cache's text embedding (the router's encoder, shared with routing). Returns a
+    unit-length float32 vector, or None when the text is longer than the encoder's window: an
+    embedding of part of a question must not stand for all of it."""
+
+    async def embed(self, text: str) -> Any | None: ...

@@ -31,6 +31,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from gateway import __version__
 from gateway.admin import build_admin_router
+from gateway.caching import build_cache
 from gateway.config import Policy
 from gateway.errors import (
     GatewayError,
@@ -112,6 +113,7 @@ class GatewayApp:
         # Routed aliases load their router models here, before serving: a missing or corrupt artifact
         # stops start-up with the reason (ConfigError), unless the policy configures a fallback.
         self.routed = build_routed(policy, logging.getLogger("llmgw.router"))
+        self.cache = build_cache(policy, settings, self.parts.metrics, self.routed)
         # Goodput, cost and the feedback store: built here because the feedback route needs them.
         reqlog = RequestLog(request_logger(), settings.request_log_text) if settings.request_log else None
         if tracing is None and settings.tracing:
@@ -146,6 +148,8 @@ class GatewayApp:
             pool.start(control)
         parts.metrics.registry.register(PoolsCollector({n: p.replicas for n, p in pools.items()}))
         await parts.start()
+        if self.cache is not None:
+            await self.cache.start()
         relay = Relay(
             self.policy,
             pools,
@@ -157,6 +161,7 @@ class GatewayApp:
             self.ids,
             self.routed,
             self.observer,
+            self.cache,
         )
         self.runtime = _Runtime(relay, parts.metrics)
         renewer = asyncio.create_task(parts.admissions.renew_forever())
@@ -179,6 +184,8 @@ class GatewayApp:
             await control.aclose()
             if bridge is not None:
                 await bridge.close()
+            if self.cache is not None:
+                await self.cache.close()
             await parts.close()
             await session.close()
             provider = getattr(self.tracing, "provider", None)  # gateway.otel.Tracing's SDK provider

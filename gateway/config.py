@@ -23,6 +23,10 @@ PoolName = Annotated[str, Field(pattern=r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 Endpoint = Literal["chat", "completions", "embeddings"]
 
 
+# The `pool` label of requests answered from the response cache (no pool did any work).
+CACHE_POOL = "cache"
+
+
 class ConfigError(Exception):
     """A policy file that cannot be used; the message names the file and the key path."""
 
@@ -137,9 +141,57 @@ class Route(_Frozen):
         return (self.pool,)
 
 
+class SemanticCache(_Frozen):
+    """Answers to paraphrases of an earlier question (docs/design/015-cache.md). Opt-in per alias."""
+
+    enabled: bool = False
+    min_similarity: float = Field(
+        0.95,
+        gt=0,
+        le=1,
+        description="cosine similarity of the last user turn's embedding for a hit "
+        "(eval/cache/semantic_eval.py)",
+    )
+    ttl_s: float = Field(3600.0, gt=0, description="how long a semantic entry may answer")
+
+
+class ModelCache(_Frozen):
+    """Response caching of one alias; without this block the alias is never cached."""
+
+    default: Literal["deterministic", "off"] = Field(
+        "deterministic",
+        description="deterministic: requests with temperature 0 or a seed are cached; off: only requests "
+        "sending `x-llmgw-cache: on`. `x-llmgw-cache: off` always bypasses",
+    )
+    ttl_s: float = Field(300.0, gt=0, description="how long an exact entry may answer")
+    scope: Literal["org", "app", "key"] = Field(
+        "org", description="who may share answers: the whole org, one app, or one key"
+    )
+    semantic: SemanticCache = SemanticCache()
+
+
+class CacheConfig(_Frozen):
+    """Where cached answers live; each alias opts in with its own `cache` block."""
+
+    backend: Literal["memory", "redis"] = Field(
+        "memory", description="memory: this process only; redis: shared by every replica (LLMGW_REDIS_URL)"
+    )
+    max_entry_bytes: int = Field(1 << 20, ge=1024, description="larger answers are not stored")
+    memory_max_bytes: int = Field(64 << 20, ge=1 << 20, description="memory backend: total bytes kept")
+    semantic_max_tokens: int = Field(
+        128,
+        ge=8,
+        le=512,
+        description="the semantic cache embeds a question of at most this many tokens; longer ones are "
+        "exact-cache only (the embedding would not see all of them)",
+    )
+    semantic_memory_entries: int = Field(10_000, ge=1, description="memory backend: semantic entries kept")
+
+
 class Model(_Frozen):
     name: Name = Field(description="what clients send in `model`")
     route: Route
+    cache: ModelCache | None = Field(None, description="response caching (absent: never cached)")
     max_tokens: OutputTokens = OutputTokens()
     slo_class: str | None = Field(None, description="key of slo_classes used for goodput")
     description: str = ""
@@ -203,6 +255,7 @@ class Policy(_Frozen):
     slo_classes: dict[Name, SloClass] = {}
     limits: LimitsConfig = LimitsConfig()
     tenancy: Tenancy = Tenancy()
+    cache: CacheConfig = CacheConfig()
 
     def pool(self, name: str) -> Pool:
         for p in self.pools:
@@ -218,6 +271,8 @@ def _references(policy: Policy) -> list[tuple[tuple[str | int, ...], str]]:
     for i, p in enumerate(policy.pools):
         if p.name in pool_names:
             problems.append((("pools", i, "name"), f"duplicate pool name '{p.name}'"))
+        if p.name == CACHE_POOL:
+            problems.append((("pools", i, "name"), f"'{CACHE_POOL}' is reserved (cache hits' pool label)"))
         pool_names.add(p.name)
     model_names: set[str] = set()
     for i, m in enumerate(policy.models):

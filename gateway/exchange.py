@@ -74,7 +74,7 @@ class Exchange:
 
     __slots__ = (
         "task", "finished", "client_gone", "watcher", "usage_in", "usage_out", "reported",
-        "ttft", "tpot", "broken", "costs", "notes", "capture", "span",
+        "ttft", "tpot", "broken", "costs", "notes", "capture", "span", "cache",
     )  # fmt: skip
 
     def __init__(self) -> None:
@@ -94,6 +94,7 @@ class Exchange:
         self.notes: dict[str, Any] | None = None  # routing decision, escalations, the body (text on)
         self.capture: list[bytes] | None = None  # relayed answer bytes (text logging on)
         self.span: Any = None  # the root span when tracing is on (gateway.tracing.RootSpan)
+        self.cache: bytes | None = None  # the cache status (hit, semantic-hit, miss, bypass) once known
 
     def watch(self, receive: Receive) -> None:
         self.watcher = asyncio.ensure_future(receive())
@@ -123,7 +124,9 @@ class Exchange:
 class RequestHeaders:
     """The request headers the relay reads, found in one pass."""
 
-    __slots__ = ("request_id", "content_length", "authorization", "api_key", "latency_budget", "risk")
+    __slots__ = (
+        "request_id", "content_length", "authorization", "api_key", "latency_budget", "risk", "cache",
+    )  # fmt: skip
 
     def __init__(self, scope: Scope) -> None:
         self.request_id: bytes | None = None
@@ -132,6 +135,7 @@ class RequestHeaders:
         self.api_key: bytes | None = None
         self.latency_budget: bytes | None = None  # routed aliases: x-llmgw-latency-budget-ms
         self.risk: bytes | None = None  # routed aliases: x-llmgw-risk (comma-separated flags)
+        self.cache: bytes | None = None  # x-llmgw-cache: on | off (gateway.caching)
         for name, value in scope["headers"]:
             if name == b"authorization":
                 self.authorization = value
@@ -145,3 +149,5 @@ class RequestHeaders:
                 self.latency_budget = value
             elif name == b"x-llmgw-risk":
                 self.risk = value
+            elif name == b"x-llmgw-cache":
+                self.cache = value

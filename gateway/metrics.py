@@ -161,6 +161,43 @@ class Metrics:
             ["model"],
             registry=r,
         )
+        self.cache_requests = Counter(
+            "llmgw_cache_requests",
+            "Cacheable-endpoint requests by alias and cache status (hit, semantic-hit, miss, bypass)",
+            ["model", "status"],
+            registry=r,
+        )
+        self.cache_lookup_seconds = Histogram(
+            "llmgw_cache_lookup_seconds",
+            "Cache lookup time (exact: one GET; semantic: embedding + vector query)",
+            ["cache"],
+            buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1),
+            registry=r,
+        )
+        self.cache_stores = Counter(
+            "llmgw_cache_stores",
+            "Answers written to the cache, by alias and cache (exact, semantic)",
+            ["model", "cache"],
+            registry=r,
+        )
+        self.cache_errors = Counter(
+            "llmgw_cache_errors",
+            "Cache backend failures by operation (the request goes on uncached)",
+            ["op"],
+            registry=r,
+        )
+        self.cache_saved_tokens = Counter(
+            "llmgw_cache_saved_tokens",
+            "Tokens cache hits answered without a pool (the usage recorded with the cached answer)",
+            ["model", "direction"],
+            registry=r,
+        )
+        self.cache_semantic_available = Gauge(
+            "llmgw_cache_semantic_available",
+            "1 when the semantic cache's vector index is usable; 0 when it is disabled (e.g. Redis "
+            "without the query engine) although an alias enables it",
+            registry=r,
+        )
         # Per (alias, pool): a routed alias has one child per tier pool.
         self.by_alias: dict[tuple[str, str], AliasMetrics] = {}
         for m in policy.models:

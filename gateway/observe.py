@@ -116,5 +116,6 @@ class Observer:
                 "llmgw.app": tenant.app if tenant else None,
                 "llmgw.cost_usd": cost,
                 "llmgw.slo": None if verdict is None else ("met" if verdict else "missed"),
+                "llmgw.cache": req.cache.decode() if req.cache is not None else None,
             }
             self.tracing.end_request(req.span, attrs, status)

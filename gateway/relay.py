@@ -23,11 +23,13 @@ from typing import Any
 import aiohttp
 import orjson
 
+from cache.entry import assemble, replay, usage_of
 from gateway.admission import Admissions, Ticket
 from gateway.auth import Authenticator
+from gateway.caching import BYPASS, MISS, Lookup, ResponseCache
 from gateway.calls import UPSTREAM_FAILURES, PoolCalls
 from gateway.cascade_run import CascadeRunner, Decided
-from gateway.config import Policy
+from gateway.config import CACHE_POOL, Policy
 from gateway.errors import (
     AuthenticationError,
     GatewayError,
@@ -87,6 +89,7 @@ class Relay:
         ids: RequestIds,
         routed: dict[str, RoutedAlias] | None = None,
         observer: Observer | None = None,
+        cache: ResponseCache | None = None,
     ) -> None:
         self._routes = {
             m.name: Route(model=m, pool=pools[m.route.pool], metrics=metrics.by_alias[(m.name, m.route.pool)])
@@ -115,6 +118,7 @@ class Relay:
         self._trace = self.observer.tracing
         self._calls = PoolCalls(session, metrics, self._trace)
         self._cascades = CascadeRunner(metrics, self._call_unary, self._trace)
+        self._cache = cache
 
     async def _decide(self, kind: Kind, alias: str, body: dict[str, Any], h: RequestHeaders) -> Decided:
         """A routed alias's plan for this request (difficulty off the event loop, then a pure plan)."""
@@ -201,6 +205,9 @@ class Relay:
         tenant: Tenant | None = None
         status = 500
         stream = False
+        look: Lookup | None = None
+        cache_status = BYPASS
+        hit_alias: str | None = None  # set when the cache answered (metrics label the alias, pool "cache")
         try:
             raw = await self._read_body(h.content_length, receive)
             body = parse_body(raw)
@@ -213,6 +220,32 @@ class Relay:
                 raise
             tenant = principal.tenant
             self.observer.begin(req, kind, body)
+            if self._cache is not None:
+                look = self._cache.plan(kind, alias, body, h.cache, tenant)
+                if look is not None:
+                    with self._trace.span("cache"):
+                        found = await self._cache.get(look)
+                    cache_status = MISS
+                    if found is not None:
+                        hit = self._cached_reply(kind, alias, body, found[0])
+                        if hit is not None:
+                            stream, data = hit
+                            cache_status = req.cache = found[1]
+                            hit_alias = alias
+                            with self._trace.span("rate_limit"):
+                                # Hits count against request rates and concurrency, not token budgets.
+                                ticket = await self._admissions.admit(
+                                    self._ids.new().decode(), tenant, CACHE_POOL, 0, 0, False
+                                )
+                            self._cache.counted(look, alias, cache_status, usage_of(found[0]))
+                            status = await self._send_cached(
+                                stream, data, rid, send, req, ticket, cache_status
+                            )
+                            return
+                    if req.capture is None:
+                        req.capture = []  # the answer's bytes, to store it
+                self._cache.counted(look, alias, cache_status, None)
+            req.cache = cache_status
             route = self._routes.get(alias)
             decided: Decided | None = None
             if route is None:
@@ -250,6 +283,7 @@ class Relay:
                     granted,
                     topup,
                 )
+            ticket.headers.append((b"x-llmgw-cache-status", cache_status))
             if decided is not None:
                 ticket.headers.extend(decided.headers)
             payload = orjson.dumps(prep.body)
@@ -273,6 +307,8 @@ class Relay:
                     )
             finally:
                 inflight.dec()
+            if look is not None and status == 200 and not req.broken and self._cache is not None:
+                self._remember(look, stream, req)
         except GatewayError as err:
             status = err.status
             req.done()
@@ -293,14 +329,71 @@ class Relay:
                 elif not req.reported:
                     req.usage_in = ticket.input_estimate  # the client left: the prompt was processed
                 self._admissions.settle(ticket, req.usage_in, req.usage_out)
-            model = route.model.name if route else "-"
-            pool = route.pool.config.name if route else "-"
+            if hit_alias is not None:
+                model, pool = hit_alias, CACHE_POOL
+            else:
+                model = route.model.name if route else "-"
+                pool = route.pool.config.name if route else "-"
             if status == 499 and route is not None:
                 self._metrics.client_disconnects.labels(model, pool).inc()
             self._metrics.requests.labels(model, pool, kind.value, str(status)).inc()
             e2e = perf_counter() - t0
             self._metrics.duration.labels(model, pool, kind.value, "true" if stream else "false").observe(e2e)
             self.observer.finish(rid, kind.value, model, pool, tenant, status, stream, e2e, req)
+
+    def _cached_reply(
+        self, kind: Kind, alias: str, body: dict[str, Any], entry: bytes
+    ) -> tuple[bool, bytes] | None:
+        """(streamed, bytes to send) for a cache hit, or None when the entry cannot serve this request
+        (then it is a miss). The request is validated as a miss would be (on a copy: the relay's own
+        `prepare` rewrites the body for the pool later, on a miss)."""
+        route = self._routes.get(alias)
+        if route is None:
+            route = self._routed[alias][1][0]
+        prep = prepare(kind, dict(body), route.model, route.pool.config.model)
+        if not prep.stream:
+            return False, entry
+        sse = replay(kind is Kind.CHAT, entry, prep.client_usage)
+        return (True, sse) if sse is not None else None
+
+    async def _send_cached(
+        self, stream: bool, data: bytes, rid: bytes, send: Send, req: Exchange, ticket: Ticket, status: bytes
+    ) -> int:
+        headers = _SSE_HEADERS if stream else [*_JSON_HEADERS, (b"content-length", str(len(data)).encode())]
+        req.done()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [
+                    *headers,
+                    (b"x-request-id", rid),
+                    *ticket.headers,
+                    (b"x-llmgw-cache-status", status),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": data, "more_body": False})
+        if req.capture is not None:
+            req.capture.append(data)
+        return 200
+
+    def _remember(self, look: Lookup, stream: bool, req: Exchange) -> None:
+        """Store a successful answer: the pool's bytes, or the answer assembled from the stream."""
+        assert self._cache is not None
+        data = b"".join(req.capture or ())
+        if stream or data.startswith(b"data:"):
+            usage = {
+                "prompt_tokens": req.usage_in,
+                "completion_tokens": req.usage_out,
+                "total_tokens": req.usage_in + req.usage_out,
+            }
+            entry = assemble(look.chat, data, usage)
+            if entry is None:
+                return
+        else:
+            entry = data
+        self._cache.put(look, entry)
 
     async def _unary(
         self,

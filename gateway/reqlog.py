@@ -82,6 +82,7 @@ class RequestLog:
             "e2e_ms": _ms(e2e),
             "cost_usd": cost,
             "slo": None if slo is None else ("met" if slo else "missed"),
+            "cache": req.cache.decode() if req.cache is not None else None,
         }
         route = notes.get("route")
         if route is not None:

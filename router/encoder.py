@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import json
 import os
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -115,6 +117,32 @@ class Encoder:
         self.path = path
         self._cls = int(tokenizer.token_to_id("[CLS]"))
         self._sep = int(tokenizer.token_to_id("[SEP]"))
+        # Embeddings by token-id sequence, off unless `remember` sizes it: when the semantic cache and
+        # the router embed the same ids for one request (a question shorter than both windows), the
+        # second asks this instead of the model. A lock: the router and the cache call from threads.
+        self._memo: OrderedDict[bytes, Embeddings] = OrderedDict()
+        self._memo_size = 0
+        self._memo_lock = threading.Lock()
+
+    def remember(self, entries: int) -> None:
+        """Keep the embeddings of the last `entries` distinct id sequences (0: none)."""
+        with self._memo_lock:
+            self._memo_size = entries
+            while len(self._memo) > entries:
+                self._memo.popitem(last=False)
+
+    def ids_within(self, text: str, max_tokens: int) -> list[int] | None:
+        """[CLS] + all word pieces of `text` + [SEP] when they fit in `max_tokens`, else None.
+
+        Equal to `token_ids(text, max_tokens)` whenever it is not None, and to `token_ids` with any
+        larger budget: a short text has one embedding whatever the window."""
+        body_len = max_tokens - 2
+        if len(text) > body_len * CHARS_PER_TOKEN_BOUND:
+            return None  # more characters than any body_len word pieces can hold
+        ids: list[int] = self._tokenizer.encode(text, add_special_tokens=False).ids
+        if len(ids) > body_len:
+            return None
+        return [self._cls, *ids, self._sep]
 
     @classmethod
     def load(cls, path: str | Path | None = None, *, verify_probe: bool = True, threads: int = 1) -> Encoder:
@@ -182,8 +210,22 @@ class Encoder:
         out = np.zeros((len(batch), self.identity.dim), dtype=np.float32)
         for i, ids in enumerate(batch):
             input_ids = np.asarray([ids], dtype=np.int64)
+            key = input_ids.tobytes() if self._memo_size else b""
+            if key:
+                with self._memo_lock:
+                    known = self._memo.get(key)
+                    if known is not None:
+                        self._memo.move_to_end(key)
+                if known is not None:
+                    out[i] = known
+                    continue
             mask = np.ones_like(input_ids)
             out[i] = self._session.run(None, {"input_ids": input_ids, "attention_mask": mask})[0][0]
+            if key:
+                with self._memo_lock:
+                    self._memo[key] = out[i].copy()
+                    if len(self._memo) > self._memo_size:
+                        self._memo.popitem(last=False)
         return out
 
     def embed(self, texts: Sequence[str], max_tokens: int) -> Embeddings:

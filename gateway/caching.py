@@ -1,0 +1,288 @@
+"""The response cache as the relay uses it: decide, look up, store (docs/design/015-cache.md).
+
+Per request: `plan` decides from the alias's `cache` block, the `x-llmgw-cache` header and the body
+whether the cache is used, and derives the exact key (and the semantic partition); `get` tries the
+exact store, then the semantic index; after a successful answer `put` writes it in the background.
+A cache never fails a request: a backend error is a miss (counted, logged at most once a minute),
+and writes happen after the client has its answer.
+
+Tenant safety: the scope (org, app or key of the authenticated tenant) is the first part of every
+exact key and of every semantic partition, so a lookup can only ever see its own tenant's entries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from time import perf_counter
+from typing import Any
+
+from cache.commands import Embedder
+from cache.exact import ExactStore, MemoryExactStore, RedisExactStore
+from cache.key import exact_key, semantic_scope
+from cache.policy import HEADER_VALUES, uses_cache
+from cache.semantic import MemoryVectorIndex, RedisVectorIndex, VectorIndex
+from gateway.config import ConfigError, ModelCache, Policy
+from gateway.errors import InvalidRequestError
+from gateway.metrics import Metrics
+from gateway.normalize import Kind
+from gateway.routing import RoutedAlias
+from gateway.settings import Settings
+from ratelimit.model import Tenant
+from ratelimit.resp import RespClient
+from router.artifact_error import RouterArtifactError
+from router.text import request_text
+
+HIT = b"hit"
+SEMANTIC_HIT = b"semantic-hit"
+MISS = b"miss"
+BYPASS = b"bypass"
+_MAX_PENDING_WRITES = 1024  # a backend slower than traffic loses writes, never memory
+
+
+@dataclass(frozen=True, slots=True)
+class _Alias:
+    cfg: ModelCache
+    route: str  # the pools and served models behind the alias: part of every key
+    kinds: frozenset[Kind]
+
+
+@dataclass(slots=True)
+class Lookup:
+    """One request's cache identity, from `plan` to `put`."""
+
+    alias: str
+    key: bytes
+    ttl_s: float
+    chat: bool
+    semantic: bytes | None  # the semantic partition, None when the semantic cache does not apply
+    text: str
+    min_similarity: float
+    semantic_ttl_s: float
+    vector: Any = None  # the question's embedding, kept from the lookup for the write
+
+
+class ResponseCache:
+    def __init__(
+        self,
+        policy: Policy,
+        store: ExactStore,
+        metrics: Metrics,
+        *,
+        index: VectorIndex | None = None,
+        embedder: Embedder | None = None,
+        log: logging.Logger | None = None,
+        closers: tuple[Callable[[], Awaitable[None] | None], ...] = (),
+    ) -> None:
+        self._closers = closers
+        self._store = store
+        self._metrics = metrics
+        self._index = index
+        self._embedder = embedder
+        self._semantic_ready = False
+        self._max_entry = policy.cache.max_entry_bytes
+        self._log = log or logging.getLogger("llmgw.cache")
+        self._last_warning = 0.0
+        self._pending: set[asyncio.Future[None]] = set()
+        pools = {p.name: p for p in policy.pools}
+        self._aliases: dict[str, _Alias] = {}
+        for m in policy.models:
+            if m.cache is None:
+                continue
+            names = m.route.pools
+            route = ",".join(f"{n}={pools[n].model}" for n in names)
+            if m.route.policy is not None:
+                kinds = frozenset({Kind.CHAT})  # routed aliases serve chat only
+            else:
+                kinds = frozenset(Kind(k) for k in pools[names[0]].serves) - {Kind.EMBEDDINGS}
+            self._aliases[m.name] = _Alias(m.cache, route, kinds)
+        self.wants_semantic = any(a.cfg.semantic.enabled for a in self._aliases.values())
+
+    async def start(self) -> None:
+        """Create the vector index when an alias wants the semantic cache; say clearly when it cannot."""
+        if not self.wants_semantic:
+            return
+        reason = (
+            "no vector index or encoder configured" if self._index is None or self._embedder is None else None
+        )
+        if reason is None and self._index is not None:
+            try:
+                reason = await self._index.ensure()
+            except Exception as exc:  # noqa: BLE001 - an unreachable backend disables, never stops, start-up
+                reason = f"the vector index could not be prepared ({exc})"
+        self._semantic_ready = reason is None
+        self._metrics.cache_semantic_available.set(1 if self._semantic_ready else 0)
+        if reason is not None:
+            self._log.warning(
+                "semantic cache disabled: %s; exact caching and everything else keep working", reason
+            )
+
+    def plan(
+        self, kind: Kind, alias: str, body: dict[str, Any], header: bytes | None, tenant: Tenant
+    ) -> Lookup | None:
+        """The request's cache identity, or None when it bypasses the cache."""
+        parsed = HEADER_VALUES.get(header.strip().lower()) if header is not None else None
+        if header is not None and parsed is None:
+            raise InvalidRequestError("x-llmgw-cache must be 'on' or 'off'")
+        entry = self._aliases.get(alias)
+        if entry is None or kind not in entry.kinds:
+            return None
+        cfg = entry.cfg
+        if not uses_cache(cfg.default, parsed, body):
+            return None
+        scope = _scope(cfg, tenant)
+        try:
+            key = exact_key(scope, entry.route, kind.value, body)
+        except TypeError:
+            return None
+        chat = kind is Kind.CHAT
+        partition = (
+            semantic_scope(scope, entry.route, body)
+            if chat and cfg.semantic.enabled and self._semantic_ready
+            else None
+        )
+        text = ""
+        if partition is not None:
+            messages = body.get("messages")
+            text = request_text(messages) if isinstance(messages, list) else ""
+            if not text.strip():
+                partition = None
+        return Lookup(
+            alias, key, cfg.ttl_s, chat, partition, text, cfg.semantic.min_similarity, cfg.semantic.ttl_s
+        )
+
+    async def get(self, look: Lookup) -> tuple[bytes, bytes] | None:
+        """(entry, status) on a hit, else None; records the lookup in the metrics."""
+        t = perf_counter()
+        try:
+            found = await self._store.get(look.key)
+        except Exception as exc:  # noqa: BLE001 - a cache failure is a miss, never a failed request
+            found = None
+            self._failed("get", exc)
+        self._metrics.cache_lookup_seconds.labels("exact").observe(perf_counter() - t)
+        if found is not None:
+            return found, HIT
+        if look.semantic is None or self._index is None or self._embedder is None:
+            return None
+        t = perf_counter()
+        try:
+            look.vector = await self._embedder.embed(look.text)
+            hit = (
+                await self._index.search(look.semantic, look.vector, look.min_similarity)
+                if look.vector is not None
+                else None
+            )
+        except Exception as exc:  # noqa: BLE001 - as above
+            hit = None
+            self._failed("semantic_get", exc)
+        self._metrics.cache_lookup_seconds.labels("semantic").observe(perf_counter() - t)
+        return (hit[0], SEMANTIC_HIT) if hit is not None else None
+
+    def counted(self, look: Lookup | None, alias: str, status: bytes, usage: tuple[int, int] | None) -> None:
+        self._metrics.cache_requests.labels(alias, status.decode()).inc()
+        if usage is not None:
+            self._metrics.cache_saved_tokens.labels(alias, "input").inc(usage[0])
+            self._metrics.cache_saved_tokens.labels(alias, "output").inc(usage[1])
+
+    def put(self, look: Lookup, entry: bytes) -> None:
+        """Store an answer in the background (the client already has it)."""
+        if len(entry) > self._max_entry:
+            return
+        if len(self._pending) >= _MAX_PENDING_WRITES:
+            self._metrics.cache_errors.labels("write_backlog").inc()
+            return
+        fut = asyncio.ensure_future(self._write(look, entry))
+        self._pending.add(fut)
+        fut.add_done_callback(self._pending.discard)
+
+    async def _write(self, look: Lookup, entry: bytes) -> None:
+        try:
+            await self._store.set(look.key, entry, look.ttl_s)
+            self._metrics.cache_stores.labels(look.alias, "exact").inc()
+        except Exception as exc:  # noqa: BLE001 - background: count and log, nothing to answer
+            self._failed("set", exc)
+        if look.semantic is None or self._index is None or self._embedder is None:
+            return
+        try:
+            vector = look.vector if look.vector is not None else await self._embedder.embed(look.text)
+            if vector is not None:
+                await self._index.add(look.semantic, vector, entry, int(max(1, look.semantic_ttl_s)))
+                self._metrics.cache_stores.labels(look.alias, "semantic").inc()
+        except Exception as exc:  # noqa: BLE001 - as above
+            self._failed("semantic_set", exc)
+
+    def _failed(self, op: str, exc: Exception) -> None:
+        self._metrics.cache_errors.labels(op).inc()
+        now = time.monotonic()
+        if now - self._last_warning > 60:
+            self._last_warning = now
+            self._log.warning("cache %s failed (%s: %s); serving uncached", op, type(exc).__name__, exc)
+
+    async def close(self) -> None:
+        """Let in-flight writes finish (briefly) before the backend connection closes."""
+        if self._pending:
+            await asyncio.wait(list(self._pending), timeout=2.0)
+        for close in self._closers:
+            result = close()
+            if result is not None:
+                await result
+
+
+def build_cache(
+    policy: Policy, settings: Settings, metrics: Metrics, routed: Mapping[str, RoutedAlias]
+) -> ResponseCache | None:
+    """The cache of the policy's aliases, or None when no alias has a `cache` block."""
+    if not any(m.cache is not None for m in policy.models):
+        return None
+    cfg = policy.cache
+    log = logging.getLogger("llmgw.cache")
+    closers: list[Callable[[], Awaitable[None] | None]] = []
+    client: RespClient | None = None
+    if cfg.backend == "redis":
+        if not settings.redis_url:
+            raise ConfigError("cache.backend is 'redis' but LLMGW_REDIS_URL is not set")
+        client = RespClient.from_url(
+            settings.redis_url,
+            connect_timeout_s=settings.redis_timeout_s,
+            op_timeout_s=settings.redis_timeout_s,
+        )
+        closers.append(client.aclose)
+    store: ExactStore = (
+        RedisExactStore(client) if client is not None else MemoryExactStore(cfg.memory_max_bytes)
+    )
+    index: VectorIndex | None = None
+    embedder: Embedder | None = None
+    if any(m.cache is not None and m.cache.semantic.enabled for m in policy.models):
+        index = (
+            RedisVectorIndex(client) if client is not None else MemoryVectorIndex(cfg.semantic_memory_entries)
+        )
+        # Imported here: numpy, onnxruntime and the encoder load only when the semantic cache is on.
+        from router.embedding import QuestionEmbedder
+        from router.encoder import Encoder
+
+        shared = next((r.difficulty for r in routed.values() if r.difficulty is not None), None)
+        try:
+            if shared is not None:
+                # The router's encoder and its one inference thread: one model in memory, one core.
+                question = QuestionEmbedder(shared.encoder, cfg.semantic_max_tokens, shared.executor)
+            else:
+                question = QuestionEmbedder(Encoder.load(), cfg.semantic_max_tokens)
+            question.encoder.remember(4096)
+            closers.append(question.close)
+            embedder = question
+        except (OSError, RouterArtifactError) as exc:
+            log.warning("semantic cache: the encoder cannot be loaded (%s)", exc)
+    return ResponseCache(
+        policy, store, metrics, index=index, embedder=embedder, log=log, closers=tuple(closers)
+    )
+
+
+def _scope(cfg: ModelCache, tenant: Tenant) -> str:
+    if cfg.scope == "key":
+        return f"key:{tenant.key_id}"
+    if cfg.scope == "app":
+        return f"app:{tenant.org}/{tenant.app}"
+    return f"org:{tenant.org}"
