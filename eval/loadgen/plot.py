@@ -52,7 +52,11 @@ def plot_latency_cdfs(runs: Sequence[tuple[str, Sequence[Sample]]], path: Path) 
         ax.set_ylim(0, 1.01)
         ax.grid(True, alpha=0.3)
     axes[0].set_ylabel("fraction of requests")
-    axes[0].legend(fontsize=8)
+    for ax in axes:
+        # Unary-only runs have no TTFT/TPOT lines; a legend needs at least one.
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8)
+            break
     return _save(fig, path)
 
 

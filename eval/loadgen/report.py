@@ -65,6 +65,7 @@ def format_level(s: dict[str, Any]) -> str:
     for name in ("ttft", "tpot", "e2e"):
         d = lat[name]
         lines.append(f"    {name:<8} {_ms(d, 'p50'):>7} {_ms(d, 'p90'):>7} {_ms(d, 'p99'):>7}")
+    lines += [f"  warning: {w}" for w in s["warnings"]]
     return "\n".join(lines)
 
 

@@ -78,21 +78,39 @@ def meets_slo(sample: Sample, slo: SloClass | None) -> bool:
     return sample.e2e * 1000 <= deadline
 
 
+def _attainment(good: Counter[str], total: Counter[str]) -> dict[str, dict[str, float | int]]:
+    items = sorted(total.items())
+    return {name: {"good": good[name], "total": n, "attainment": good[name] / n} for name, n in items}
+
+
+def warnings(measured: int, warmup_s: float, e2e_p50_s: float | None) -> list[str]:
+    """Conditions under which the window rates are not steady-state rates."""
+    out = []
+    if e2e_p50_s is not None and warmup_s < e2e_p50_s:
+        out.append(
+            f"warm-up ({warmup_s:g} s) is shorter than the median E2E ({e2e_p50_s:.1f} s): the window starts "
+            "before the server is in steady state, so throughput and goodput read low"
+        )
+    if measured < 50:
+        out.append(f"only {measured} measured requests: rates and P99 are noisy; run longer")
+    return out
+
+
 def summarize(result: RunResult, slo_classes: Mapping[str, SloClass], warmup_s: float) -> dict[str, Any]:
     def good_(s: Sample) -> bool:
         return meets_slo(s, slo_classes.get(s.slo_class) if s.slo_class else None)
 
     measured = [s for s in result.samples if s.measured]
     ok = [s for s in measured if s.ok]
-    good_by_class: Counter[str] = Counter()
-    total_by_class: Counter[str] = Counter()
+    good_by: dict[str, Counter[str]] = {"class": Counter(), "alias": Counter()}
+    total_by: dict[str, Counter[str]] = {"class": Counter(), "alias": Counter()}
     good = 0
     for s in measured:
-        name = s.slo_class or "none"
-        total_by_class[name] += 1
-        if good_(s):
-            good += 1
-            good_by_class[name] += 1
+        is_good = good_(s)
+        good += is_good
+        for dim, name in (("class", s.slo_class or "none"), ("alias", s.alias)):
+            total_by[dim][name] += 1
+            good_by[dim][name] += is_good
     window = max(result.window_end - warmup_s, 1e-9)
     finished = [s for s in result.samples if s.ok and warmup_s <= s.end <= result.window_end]
     prompt_tokens = sum(s.prompt_tokens or 0 for s in finished)
@@ -125,11 +143,11 @@ def summarize(result: RunResult, slo_classes: Mapping[str, SloClass], warmup_s: 
         "goodput": {
             "requests_per_s": sum(1 for s in finished if good_(s)) / window,
             "slo_attainment": good / len(measured) if measured else 0.0,
-            "by_class": {
-                name: {"good": good_by_class[name], "total": total, "attainment": good_by_class[name] / total}
-                for name, total in sorted(total_by_class.items())
-            },
+            "by_class": _attainment(good_by["class"], total_by["class"]),
+            # Per alias shows which pool misses its SLO when several sit behind one gateway.
+            "by_alias": _attainment(good_by["alias"], total_by["alias"]),
         },
+        "warnings": warnings(len(measured), warmup_s, percentile([s.e2e for s in ok], 50) if ok else None),
         "latency_ms": {
             "ttft": distribution_ms([s.ttft for s in ok if s.ttft is not None]),
             "tpot": distribution_ms([t for s in ok if (t := s.tpot) is not None]),

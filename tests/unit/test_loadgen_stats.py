@@ -7,7 +7,7 @@ import pytest
 from eval.loadgen.capacity import parse_gauges, thresholds
 from eval.loadgen.client import Sample
 from eval.loadgen.runner import Level, RunResult
-from eval.loadgen.stats import find_knee, meets_slo, percentile, summarize
+from eval.loadgen.stats import find_knee, meets_slo, percentile, summarize, warnings
 from eval.loadgen.workload import SloClass
 
 
@@ -86,6 +86,8 @@ def test_summary_counts_windows_and_goodput() -> None:
     assert s["throughput"]["output_tokens_per_s"] == pytest.approx(10.0)
     assert s["goodput"]["requests_per_s"] == pytest.approx(2 / 3)
     assert s["goodput"]["slo_attainment"] == 0.5
+    assert s["goodput"]["by_alias"] == {"m": {"good": 2, "total": 4, "attainment": 0.5}}
+    assert s["goodput"]["by_class"] == {"c": {"good": 2, "total": 4, "attainment": 0.5}}
     assert s["goodput"]["requests_per_s"] <= s["throughput"]["requests_per_s"]
     assert s["latency_ms"]["ttft"]["count"] == 3
     assert s["latency_ms"]["ttft"]["p50"] == pytest.approx(100)
@@ -115,3 +117,11 @@ def test_metrics_gauges_and_thresholds() -> None:
     level = {"observed": {"waiting": {"p50": 0.0, "p90": 2.2, "max": 4}, "kv_usage": {"p90": 0.81234}}}
     assert thresholds(level) == {"num_requests_waiting": 3, "kv_cache_usage_perc": 0.812}
     assert thresholds({"observed": {"waiting": {"p90": 0.0}, "kv_usage": None}})["num_requests_waiting"] == 1
+
+
+def test_warnings_for_short_warmup_and_few_requests() -> None:
+    assert warnings(100, 5.0, 1.0) == []
+    (short,) = warnings(100, 1.0, 3.0)
+    assert "shorter than the median E2E" in short
+    (few,) = warnings(10, 5.0, None)
+    assert "only 10 measured requests" in few

@@ -102,3 +102,11 @@ def test_committed_two_pools_workload_loads(monkeypatch: pytest.MonkeyPatch) -> 
     assert {a.name for a in workload.aliases} == {"small", "large", "auto"}
     assert workload.sweep is not None and len(workload.sweep.rates) >= 3
     assert isinstance(workload.requests.prompt_tokens, LogNormal)
+
+
+def test_committed_capacity_files_load() -> None:
+    from eval.sim.profile import load_profile
+
+    workload, _ = load_workload(ROOT / "eval/workloads/capacity.yaml")
+    assert workload.tenants == [] and workload.sweep is not None
+    assert load_profile(str(ROOT / "eval/workloads/capacity-sim.yaml")).kv_capacity_tokens == 8192
