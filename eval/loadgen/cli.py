@@ -97,7 +97,7 @@ def overrides(args: argparse.Namespace) -> dict[str, Any]:
     elif getattr(args, "concurrencies", None):
         sweep = {"concurrencies": args.concurrencies, "rates": []}
     elif getattr(args, "rate", None) is not None or getattr(args, "concurrency", None) is not None:
-        out["sweep"] = None  # an explicit single level replaces the workload's sweep
+        sweep = {"rates": [], "concurrencies": []}  # an explicit single level replaces the workload's sweep
     if args.knee_fraction is not None:
         sweep["knee_fraction"] = args.knee_fraction
     for section, fields in (("target", target), ("load", load), ("sweep", sweep)):
