@@ -7,9 +7,10 @@ as an ideal balancer would), and find the knee (stats.py). While each level runs
 KV-cache usage (`vllm:kv_cache_usage_perc`, or the older `vllm:gpu_cache_usage_perc`).
 
 Suggested thresholds are what a replica shows *at the knee*: the P90 over scrapes and replicas of the
-waiting queue and of KV usage at the knee level. Below them a replica is still inside its SLO envelope;
-a sustained average above them means the pool is past its knee, which is the point to alert and to
-scale out (a KEDA Prometheus trigger on `avg(vllm:num_requests_waiting)`, an alert on KV usage).
+waiting queue (at least 1) and of KV usage at the knee level. Below them a replica is still inside its
+SLO envelope; a sustained average above them means the pool is past its knee, which is the point to
+alert and to scale out (a KEDA Prometheus trigger on `avg(vllm:num_requests_waiting)`, an alert on KV
+usage). The report also shows the level just past the knee, the contrast the thresholds separate.
 """
 
 from __future__ import annotations
@@ -176,6 +177,16 @@ def thresholds(level: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _past_knee(summaries: list[dict[str, Any]], knee: int | None) -> dict[str, Any] | None:
+    """The lowest level above the knee (levels run sorted by load), or the first one without a knee."""
+    at = 0 if knee is None else knee + 1
+    if at >= len(summaries):
+        return None
+    s = summaries[at]
+    attainment = s["goodput"]["slo_attainment"]
+    return {"level": s["level"], "slo_attainment": attainment, "observed": s.get("observed")}
+
+
 def run_capacity(workload: Workload, source: str | None, args: argparse.Namespace) -> int:
     per_replica = args.rates_per_replica or (workload.sweep.rates if workload.sweep else []) or [1, 2, 4, 8]
     names = sorted({a.name for a in workload.aliases})
@@ -201,6 +212,8 @@ def run_capacity(workload: Workload, source: str | None, args: argparse.Namespac
             "replicas": n,
             "knee": report["knee"],
             "suggested_thresholds": thresholds(summaries[knee_i]) if knee_i is not None else None,
+            # What the replicas look like one level past the knee: the contrast the thresholds separate.
+            "past_knee": _past_knee(summaries, knee_i),
             "levels": summaries,
             "files": [str(p) for p in written],
         }

@@ -125,3 +125,15 @@ def test_warnings_for_short_warmup_and_few_requests() -> None:
     assert "shorter than the median E2E" in short
     (few,) = warnings(10, 5.0, None)
     assert "only 10 measured requests" in few
+
+
+def test_past_knee_is_the_next_level_or_the_first_without_a_knee() -> None:
+    from eval.loadgen.capacity import _past_knee
+
+    levels = [
+        {"level": {"x": x}, "goodput": {"slo_attainment": a}, "observed": {"x": x}}
+        for x, a in ((1, 1.0), (2, 0.5))
+    ]
+    assert _past_knee(levels, 0) == {"level": {"x": 2}, "slo_attainment": 0.5, "observed": {"x": 2}}
+    assert _past_knee(levels, 1) is None
+    assert _past_knee(levels, None) is not None and _past_knee(levels, None)["level"] == {"x": 1}  # type: ignore[index]
