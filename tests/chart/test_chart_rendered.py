@@ -414,7 +414,11 @@ def test_install_notes_warn_about_per_process_limits(tmp_path: Path) -> None:
         yaml.safe_dump(
             {
                 "redis": {"mode": "none"},
-                "config": {"limits": {"backend": "memory"}, "tenancy": {"store": "memory"}},
+                "config": {
+                    "limits": {"backend": "memory"},
+                    "tenancy": {"store": "memory"},
+                    "cache": {"backend": "memory"},
+                },
             }
         )
     )

@@ -171,8 +171,9 @@ search list on every re-resolve. */ -}}
 {{- end -}}
 {{- $limits := default dict $policy.limits -}}
 {{- $tenancy := default dict $policy.tenancy -}}
-{{- if and (eq .Values.redis.mode "none") (or (eq (toString $limits.backend) "redis") (eq (toString $tenancy.store) "redis")) -}}
-{{- fail "redis.mode is none but config.limits.backend or config.tenancy.store is redis: set them to memory, or give the chart a Redis" -}}
+{{- $cache := default dict $policy.cache -}}
+{{- if and (eq .Values.redis.mode "none") (or (eq (toString $limits.backend) "redis") (eq (toString $tenancy.store) "redis") (eq (toString $cache.backend) "redis")) -}}
+{{- fail "redis.mode is none but config.limits.backend, config.tenancy.store or config.cache.backend is redis: set them to memory, or give the chart a Redis" -}}
 {{- end -}}
 {{- toYaml $policy -}}
 {{- end -}}
