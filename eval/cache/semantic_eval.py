@@ -1,6 +1,8 @@
-"""Which cosine threshold the semantic cache should ship, measured on hand-written prompt pairs.
+"""Which threshold the semantic cache should ship, measured on hand-written prompt pairs: cosine alone
+and cosine AND the lexical verifier (cache.verify.same_question).
 
     python -m eval.cache.semantic_eval [--data eval/cache/paraphrases.jsonl] [--max-tokens 128]
+    python -m eval.cache.semantic_eval --data other.jsonl --threshold 0.80   # a fixed threshold, no picking
 
 `paraphrases.jsonl`: one pair per line, {"a", "b", "paraphrase": bool, "kind"}. Paraphrases ask the
 same thing in other words (support, coding, general knowledge, math, product questions, a few longer
@@ -9,11 +11,15 @@ direction, another number, a negation, another programming language...), the cas
 gets wrong. Every text is embedded by the router's encoder (router.encoder: the embedding the gateway
 already computed for routing is the one the cache reuses), so the threshold fits the vectors served.
 
-Reports precision/recall/F1 per threshold 0.80..0.99, the threshold to ship (the lowest from which
-precision stays >= --min-precision on the whole set; 0.97 leaves a margin over the 0.95 target), a
-cross-validated estimate (threshold picked on half of the pairs, measured on the other half, repeated)
-so the reported figure is not fitted to the rows it is measured on, and the near misses that still
-score above the shipped threshold. Writes JSON to bench-results/.
+Cosine alone cannot separate them (MiniLM mean-pools word vectors: blind to order and negation, and an
+entity swap moves the vector little), so the gateway serves a hit only when the cosine clears the
+threshold AND `same_question(asked, stored)` accepts the pair. Both schemes are swept over 0.50..0.99;
+the threshold to ship is the verified scheme's threshold with the most recall subject to precision >=
+--min-precision (0.97, a margin over the 0.95 target), ties to the highest threshold.
+Also: a cross-validated estimate (threshold picked on half of the pairs, measured on the other half,
+repeated), the near misses still served at the shipped threshold by kind, the paraphrases the verifier
+rejects by kind and by rule, and the verifier's cost per pair. `--threshold` measures a fixed threshold
+on another file (a held-out set). Writes JSON to bench-results/.
 """
 
 from __future__ import annotations
@@ -29,7 +35,8 @@ from typing import Any
 
 import numpy as np
 
-from eval.cache.threshold import Floats, cross_validate, grid, pick_threshold, sweep
+from cache.verify import why_different
+from eval.cache.threshold import Bools, Floats, cross_validate, grid, metrics_at, pick_threshold, sweep
 
 DEFAULT_DATA = Path(__file__).resolve().parent / "paraphrases.jsonl"
 
@@ -85,42 +92,113 @@ def embed_all(pairs: list[Pair], max_tokens: int) -> tuple[dict[str, Floats], di
     return vectors, info
 
 
-def report(pairs: list[Pair], sims: Floats, min_precision: float, splits: int, seed: int) -> dict[str, Any]:
-    labels = np.asarray([p.paraphrase for p in pairs], dtype=bool)
+def verdicts(pairs: list[Pair]) -> tuple[list[str | None], float]:
+    """cache.verify's verdict per pair (None: same question, else the rule that told them apart) and the
+    mean cost of one `why_different` call in microseconds (the rules run in full, as same_question's)."""
+    started = time.perf_counter()
+    reasons = [why_different(p.a, p.b) for p in pairs]
+    elapsed = time.perf_counter() - started
+    return reasons, 1e6 * elapsed / max(1, len(pairs))
+
+
+def scheme(scores: Floats, labels: Bools, min_precision: float, splits: int, seed: int) -> dict[str, Any]:
+    """Sweep, shipped threshold and cross-validated estimate for one scoring of the pairs."""
     thresholds = grid()
-    rows = sweep(sims, labels, thresholds)
+    rows = sweep(scores, labels, thresholds)
     ship = pick_threshold(rows, min_precision)
     with_hits = [m for m in rows if m.hits]
     best = max(with_hits, key=lambda m: (m.precision, -m.threshold)) if with_hits else None
-    cv = cross_validate(sims, labels, thresholds, min_precision, splits=splits, seed=seed)
-    leaks: list[dict[str, Any]] = []
-    if ship is not None:
-        leaks = [
-            {"a": p.a, "b": p.b, "kind": p.kind, "cosine": round(float(s), 4)}
-            for p, s in sorted(zip(pairs, sims, strict=True), key=lambda x: -x[1])
-            if not p.paraphrase and s >= ship.threshold
-        ]
+    cv = cross_validate(scores, labels, thresholds, min_precision, splits=splits, seed=seed)
     return {
-        "pairs": {"paraphrase": int(labels.sum()), "near_miss": int((~labels).sum())},
-        "kinds": dict(Counter(f"{'para' if p.paraphrase else 'miss'}:{p.kind}" for p in pairs)),
-        "cosine": {
-            "paraphrase": _dist(sims[labels]),
-            "near_miss": _dist(sims[~labels]),
-        },
-        "min_precision": min_precision,
         "sweep": [m.to_json() for m in rows],
         "shipped": ship.to_json() if ship is not None else None,
         "best_precision": best.to_json() if best is not None else None,
         "best_f1": max(rows, key=lambda m: m.f1).to_json(),
-        "paraphrase_max_cosine": round(float(sims[labels].max()), 4),
-        "near_misses_above_every_paraphrase": int(np.sum(sims[~labels] > sims[labels].max())),
         "cross_validated": cv.summary(),
-        "near_misses_above_shipped": leaks,
-        "paraphrases_below_shipped": [
+    }
+
+
+def breakdown(pairs: list[Pair], sims: Floats, reasons: list[str | None], threshold: float) -> dict[str, Any]:
+    """At `threshold`: the near misses still served (cosine above and verifier accepting), by kind, and
+    the paraphrases above the cosine threshold that the verifier rejects, by kind and by rule."""
+    false_hits = [
+        (p, s)
+        for p, s, r in zip(pairs, sims, reasons, strict=True)
+        if not p.paraphrase and s >= threshold and r is None
+    ]
+    rejected = [
+        (p, s, r)
+        for p, s, r in zip(pairs, sims, reasons, strict=True)
+        if p.paraphrase and s >= threshold and r
+    ]
+    return {
+        "threshold": threshold,
+        "false_hits_by_kind": dict(Counter(p.kind for p, _ in false_hits)),
+        "false_hits": [
             {"a": p.a, "b": p.b, "kind": p.kind, "cosine": round(float(s), 4)}
-            for p, s in sorted(zip(pairs, sims, strict=True), key=lambda x: x[1])
-            if ship is not None and p.paraphrase and s < ship.threshold
-        ][:15],
+            for p, s in sorted(false_hits, key=lambda x: -x[1])
+        ],
+        "paraphrases_rejected_by_kind": dict(Counter(p.kind for p, _, _ in rejected)),
+        "paraphrases_rejected_by_rule": dict(Counter(r for _, _, r in rejected)),
+        "paraphrases_rejected": [
+            {"a": p.a, "b": p.b, "kind": p.kind, "rule": r, "cosine": round(float(s), 4)}
+            for p, s, r in sorted(rejected, key=lambda x: -x[1])
+        ],
+    }
+
+
+def verifier_alone(pairs: list[Pair], reasons: list[str | None]) -> dict[str, Any]:
+    para = [r for p, r in zip(pairs, reasons, strict=True) if p.paraphrase]
+    miss = [r for p, r in zip(pairs, reasons, strict=True) if not p.paraphrase]
+    return {
+        "paraphrases_accepted": round(sum(r is None for r in para) / max(1, len(para)), 4),
+        "near_misses_accepted": round(sum(r is None for r in miss) / max(1, len(miss)), 4),
+        "paraphrase_rejections_by_rule": dict(Counter(r for r in para if r)),
+        "near_miss_rejections_by_rule": dict(Counter(r for r in miss if r)),
+    }
+
+
+def report(
+    pairs: list[Pair],
+    sims: Floats,
+    reasons: list[str | None],
+    min_precision: float,
+    splits: int,
+    seed: int,
+) -> dict[str, Any]:
+    """Cosine alone and cosine AND verifier, each swept over 0.50..0.99; the verified scheme's
+    threshold is the one to ship."""
+    labels = np.asarray([p.paraphrase for p in pairs], dtype=bool)
+    accepted = np.asarray([r is None for r in reasons], dtype=bool)
+    combined = np.where(accepted, sims, -1.0)
+    cosine = scheme(sims, labels, min_precision, splits, seed)
+    verified = scheme(combined, labels, min_precision, splits, seed)
+    ship = verified["shipped"]
+    return {
+        "pairs": {"paraphrase": int(labels.sum()), "near_miss": int((~labels).sum())},
+        "kinds": dict(Counter(f"{'para' if p.paraphrase else 'miss'}:{p.kind}" for p in pairs)),
+        "cosine_distribution": {"paraphrase": _dist(sims[labels]), "near_miss": _dist(sims[~labels])},
+        "min_precision": min_precision,
+        "verifier_alone": verifier_alone(pairs, reasons),
+        "cosine_only": cosine,
+        "cosine_and_verifier": verified,
+        "breakdown": breakdown(pairs, sims, reasons, ship["threshold"]) if ship is not None else None,
+    }
+
+
+def fixed_report(
+    pairs: list[Pair], sims: Floats, reasons: list[str | None], threshold: float
+) -> dict[str, Any]:
+    """One threshold, no picking: what a shipped threshold achieves on another set of pairs."""
+    labels = np.asarray([p.paraphrase for p in pairs], dtype=bool)
+    accepted = np.asarray([r is None for r in reasons], dtype=bool)
+    return {
+        "pairs": {"paraphrase": int(labels.sum()), "near_miss": int((~labels).sum())},
+        "threshold": threshold,
+        "cosine_only": metrics_at(sims, labels, threshold).to_json(),
+        "cosine_and_verifier": metrics_at(np.where(accepted, sims, -1.0), labels, threshold).to_json(),
+        "verifier_alone": verifier_alone(pairs, reasons),
+        "breakdown": breakdown(pairs, sims, reasons, threshold),
     }
 
 
@@ -132,32 +210,36 @@ def _dist(xs: Floats) -> dict[str, float]:
     }
 
 
-def print_report(result: dict[str, Any]) -> None:
-    print(f"pairs: {result['pairs']}  cosine: {result['cosine']}")
+def _row(m: dict[str, Any]) -> str:
+    return (
+        f"{m['threshold']:>5.2f} {m['tp'] + m['fp']:>5} {m['tp']:>4} {m['fp']:>4} "
+        f"{m['precision']:>6.3f} {m['recall']:>6.3f} {m['f1']:>6.3f}"
+    )
+
+
+def _print_scheme(name: str, result: dict[str, Any], min_precision: float) -> None:
+    print(f"== {name}")
     print(f"{'thr':>5} {'hits':>5} {'tp':>4} {'fp':>4} {'prec':>6} {'recall':>6} {'f1':>6}")
     ship = result["shipped"]
     for m in result["sweep"]:
+        if m["threshold"] * 100 % 5 and not (ship and abs(m["threshold"] - ship["threshold"]) < 0.03):
+            continue  # every 0.05, and the neighbourhood of the shipped threshold
         mark = "  <- ship" if ship is not None and m["threshold"] == ship["threshold"] else ""
-        print(
-            f"{m['threshold']:>5.2f} {m['tp'] + m['fp']:>5} {m['tp']:>4} {m['fp']:>4} "
-            f"{m['precision']:>6.3f} {m['recall']:>6.3f} {m['f1']:>6.3f}{mark}"
-        )
+        print(_row(m) + mark)
     if ship is None:
         best = result["best_precision"]
         print(
-            f"NO threshold in the grid reaches precision {result['min_precision']}: best precision "
-            f"{best['precision']:.3f} at {best['threshold']:.2f} (recall {best['recall']:.3f}); "
-            f"{result['near_misses_above_every_paraphrase']} near misses score above every paraphrase "
-            f"(max paraphrase cosine {result['paraphrase_max_cosine']:.3f})"
+            f"NO threshold reaches precision {min_precision}: best precision {best['precision']:.3f} at "
+            f"{best['threshold']:.2f} (recall {best['recall']:.3f})"
         )
     else:
         print(
             f"ship {ship['threshold']:.2f}: precision {ship['precision']:.3f}, recall {ship['recall']:.3f} "
-            f"(whole set, lowest threshold with precision >= {result['min_precision']} from there up)"
+            f"(whole set; most recall with precision >= {min_precision}, ties to the highest threshold)"
         )
     cv = result["cross_validated"]
     if not cv.get("picked"):
-        print(f"cross-validated: no half of any of {cv['splits']} splits reaches the target either")
+        print(f"cross-validated: no half of any of {cv['splits']} splits reaches the target")
     else:
         p, r, t = cv["heldout_precision"], cv["heldout_recall"], cv["threshold"]
         print(
@@ -166,9 +248,37 @@ def print_report(result: dict[str, Any]) -> None:
             f"{p['mean']:.3f} (p05 {p['p05']:.3f}), recall mean {r['mean']:.3f} (p05 {r['p05']:.3f}), "
             f"precision >= 0.95 in {100 * cv['heldout_precision_ge_0.95']:.0f}% of splits"
         )
-    for leak in result["near_misses_above_shipped"]:
-        where = f"{leak['cosine']:.3f}, {leak['kind']}"
-        print(f"  near miss above threshold ({where}): {leak['a']!r} / {leak['b']!r}")
+
+
+def _print_breakdown(b: dict[str, Any]) -> None:
+    print(f"at {b['threshold']:.2f}: false hits by kind {b['false_hits_by_kind']}")
+    for leak in b["false_hits"]:
+        print(f"  false hit ({leak['cosine']:.3f}, {leak['kind']}): {leak['a']!r} / {leak['b']!r}")
+    print(
+        "paraphrases above the threshold rejected by the verifier: "
+        f"by kind {b['paraphrases_rejected_by_kind']}, by rule {b['paraphrases_rejected_by_rule']}"
+    )
+
+
+def print_report(result: dict[str, Any]) -> None:
+    print(f"pairs: {result['pairs']}  cosine: {result['cosine_distribution']}")
+    print(f"verifier alone: {result['verifier_alone']}  ({result['verify_us_per_pair']:.1f} us/pair)")
+    _print_scheme("cosine only", result["cosine_only"], result["min_precision"])
+    _print_scheme("cosine AND same_question", result["cosine_and_verifier"], result["min_precision"])
+    if result["breakdown"] is not None:
+        _print_breakdown(result["breakdown"])
+
+
+def print_fixed(result: dict[str, Any]) -> None:
+    print(f"{result['data']}: pairs {result['pairs']}, fixed threshold {result['threshold']:.2f}")
+    for name in ("cosine_only", "cosine_and_verifier"):
+        m = result[name]
+        print(
+            f"  {name:<20} precision {m['precision']:.3f} recall {m['recall']:.3f} "
+            f"(tp {m['tp']}, fp {m['fp']})"
+        )
+    print(f"verifier alone: {result['verifier_alone']}  ({result['verify_us_per_pair']:.1f} us/pair)")
+    _print_breakdown(result["breakdown"])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -180,21 +290,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--min-precision", type=float, default=0.97)
     parser.add_argument("--splits", type=int, default=200, help="random half splits (each used both ways)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, default=Path("bench-results/semantic-threshold.json"))
+    parser.add_argument(
+        "--threshold", type=float, default=None, help="evaluate this fixed threshold on --data (no picking)"
+    )
+    parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
 
     pairs = load_pairs(args.data)
     vectors, encoder_info = embed_all(pairs, args.max_tokens)
     sims = pair_cosines(vectors, pairs)
-    result = {
-        "data": str(args.data),
-        **encoder_info,
-        **report(pairs, sims, args.min_precision, args.splits, args.seed),
-    }
-    print_report(result)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {args.out}")
+    reasons, us = verdicts(pairs)
+    head = {"data": str(args.data), **encoder_info, "verify_us_per_pair": round(us, 2)}
+    if args.threshold is not None:
+        result = {**head, **fixed_report(pairs, sims, reasons, args.threshold)}
+        print_fixed(result)
+        out = args.out or Path(f"bench-results/semantic-{args.data.stem}-at-{args.threshold:.2f}.json")
+    else:
+        result = {**head, **report(pairs, sims, reasons, args.min_precision, args.splits, args.seed)}
+        print_report(result)
+        out = args.out or Path("bench-results/semantic-threshold.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {out}")
     return 0
 
 

@@ -1,14 +1,17 @@
 """Threshold math for the semantic cache: precision/recall of "serve the cached answer" per cosine
 threshold, the threshold to ship, and a cross-validated estimate of what it achieves.
 
-A pair is (cosine of the two prompts' embeddings, whether they are paraphrases). At threshold t the
-cache would answer prompt b with a's reply when cos >= t: a paraphrase above t is a true hit, a
+A pair is (score of the two prompts, whether they are paraphrases). The score is the cosine of their
+embeddings, or for "cosine AND verifier" the cosine where cache.verify.same_question accepts the pair
+and -1 where it rejects it (never a hit). At threshold t the cache would answer prompt b with a's
+reply when score >= t: a paraphrase above t is a true hit, a
 near-miss above t a false hit (a wrong answer served), a paraphrase below t a missed saving.
 Precision is what matters for users (wrong answers), recall what the cache saves.
 
-Picking: the LOWEST grid threshold from which precision stays >= the target at every higher grid
-threshold that still has hits. Precision is not monotonic in t on a few hundred pairs; "lowest t
-that once reaches the target" could sit in a lucky dip below a threshold that misses it.
+Picking: the most recall subject to precision >= the target, ties to the highest threshold (the same
+hits with more margin). Precision is not monotonic in t on a few hundred pairs, so the pick can sit in
+a dip below thresholds that miss the target; the cross-validated estimate (pick on one half, measure
+on the other) is the figure that accounts for that.
 """
 
 from __future__ import annotations
@@ -60,7 +63,7 @@ class Metrics:
         }
 
 
-def grid(lo: float = 0.80, hi: float = 0.99, step: float = 0.01) -> list[float]:
+def grid(lo: float = 0.50, hi: float = 0.99, step: float = 0.01) -> list[float]:
     n = round((hi - lo) / step)
     return [round(lo + i * step, 6) for i in range(n + 1)]
 
@@ -81,15 +84,10 @@ def sweep(sims: Floats, labels: Bools, thresholds: Sequence[float]) -> list[Metr
 
 
 def pick_threshold(rows: Sequence[Metrics], min_precision: float) -> Metrics | None:
-    """The lowest threshold from which precision stays >= `min_precision` (rows with hits only)."""
-    best: Metrics | None = None
-    for m in sorted(rows, key=lambda m: m.threshold, reverse=True):
-        if m.hits == 0:
-            continue
-        if m.precision < min_precision:
-            break
-        best = m
-    return best
+    """The threshold with the most recall among those with precision >= `min_precision` (rows with hits
+    only); among equal recall the highest threshold, which serves the same hits with more margin."""
+    ok = [m for m in rows if m.hits and m.precision >= min_precision]
+    return max(ok, key=lambda m: (m.recall, m.threshold)) if ok else None
 
 
 @dataclass(frozen=True, slots=True)

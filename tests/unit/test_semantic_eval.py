@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from eval.cache.semantic_eval import DEFAULT_DATA, Pair, load_pairs, pair_cosines, report
+from eval.cache.semantic_eval import DEFAULT_DATA, Pair, fixed_report, load_pairs, pair_cosines, report
 from eval.cache.threshold import Metrics, cross_validate, grid, metrics_at, pick_threshold
 
 
@@ -36,28 +35,28 @@ def test_metrics_count_hits_at_or_above_threshold() -> None:
 
 def test_grid_is_inclusive_and_exact() -> None:
     g = grid()
-    assert len(g) == 20 and g[0] == 0.80 and g[-1] == 0.99 and 0.93 in g
+    assert len(g) == 50 and g[0] == 0.50 and g[-1] == 0.99 and 0.93 in g
 
 
 def row(t: float, tp: int, fp: int) -> Metrics:
     return Metrics(threshold=t, tp=tp, fp=fp, fn=10 - tp, tn=10 - fp)
 
 
-def test_pick_lowest_threshold_from_which_precision_stays_above_target() -> None:
+def test_pick_most_recall_with_precision_at_target_ties_to_highest_threshold() -> None:
     rows = [
         row(0.80, 9, 5),  # 0.64
-        row(0.85, 8, 0),  # 1.00: a lucky dip, but 0.90 above it fails
+        row(0.85, 8, 0),  # 1.00, recall 0.8: the most recall at the target
         row(0.90, 7, 1),  # 0.875
         row(0.95, 5, 0),  # 1.00
-        row(0.97, 3, 0),  # 1.00
-        row(0.99, 0, 0),  # no hits: neither qualifies nor breaks the run
+        row(0.97, 5, 0),  # 1.00, recall 0.5
+        row(0.99, 0, 0),  # no hits: never picked
     ]
-    picked = pick_threshold(rows, 0.97)
-    assert picked is not None and picked.threshold == 0.95
-    assert pick_threshold(rows, 0.85) == rows[1]
+    assert pick_threshold(rows, 0.97) == rows[1]
+    assert pick_threshold(rows[2:], 0.97) == rows[4]  # 0.95 and 0.97 tie on recall: the higher one
+    assert pick_threshold(rows, 0.6) == rows[0]
 
 
-def test_pick_none_when_the_top_threshold_already_misses() -> None:
+def test_pick_none_when_no_threshold_reaches_the_target() -> None:
     assert pick_threshold([row(0.9, 5, 5), row(0.95, 1, 1)], 0.97) is None
     assert pick_threshold([row(0.9, 0, 0)], 0.97) is None  # no hits anywhere: nothing to ship
 
@@ -85,19 +84,33 @@ def test_cross_validation_measures_on_held_out_pairs() -> None:
     assert all(p < 1.0 for p in cv.precision)  # the held-out half always contains the 0.99 near miss
 
 
-def test_report_names_leaks_and_sweeps(tmp_path: Path) -> None:
+def test_report_sweeps_cosine_alone_and_with_the_verifier() -> None:
     pairs = [Pair(f"p{i}", f"q{i}", True, "k") for i in range(5)] + [
         Pair("x", "y", False, "opposite"),
         Pair("u", "v", False, "entity"),
     ]
     sims = np.array([0.97, 0.96, 0.95, 0.91, 0.85, 0.93, 0.70])
-    out = report(pairs, sims, 0.97, splits=5, seed=0)
-    assert out["shipped"]["threshold"] == 0.94
-    assert out["shipped"]["precision"] == 1.0 and out["shipped"]["recall"] == 0.6
-    assert out["near_misses_above_shipped"] == []
-    assert out["near_misses_above_every_paraphrase"] == 0
-    assert len(out["sweep"]) == 20
+    # The verifier rejects the near miss at 0.93 and one paraphrase (0.91).
+    reasons: list[str | None] = [None, None, None, "key_terms", None, "antonym", None]
+    out = report(pairs, sims, reasons, 0.97, splits=5, seed=0)
+    assert out["cosine_only"]["shipped"]["threshold"] == 0.95  # above the 0.93 near miss; ties go up
+    assert out["cosine_only"]["shipped"]["recall"] == 0.6
+    verified = out["cosine_and_verifier"]["shipped"]
+    assert verified["threshold"] == 0.85 and verified["precision"] == 1.0 and verified["recall"] == 0.8
+    assert len(out["cosine_only"]["sweep"]) == 50
+    assert out["breakdown"]["false_hits"] == []
+    assert out["breakdown"]["paraphrases_rejected_by_rule"] == {"key_terms": 1}
+    assert out["verifier_alone"]["near_misses_accepted"] == 0.5
     json.dumps(out)  # the CLI writes it as JSON
+
+
+def test_fixed_threshold_report_does_not_pick() -> None:
+    pairs = [Pair("a", "b", True, "k"), Pair("c", "d", False, "entity"), Pair("e", "f", False, "number")]
+    sims = np.array([0.90, 0.95, 0.80])
+    out = fixed_report(pairs, sims, [None, None, "numbers"], 0.85)
+    assert out["cosine_only"]["fp"] == 1 and out["cosine_and_verifier"]["fp"] == 1
+    assert out["breakdown"]["false_hits_by_kind"] == {"entity": 1}
+    json.dumps(out)
 
 
 def test_shipped_pair_set_is_well_formed() -> None:
