@@ -170,3 +170,22 @@ def usage_of(entry: bytes) -> tuple[int, int] | None:
         return None
     pt, ct = usage.get("prompt_tokens"), usage.get("completion_tokens")
     return (pt if isinstance(pt, int) else 0, ct if isinstance(ct, int) else 0)
+
+
+_QUESTION_TAG = b"Q1"
+
+
+def with_question(question: str, entry: bytes) -> bytes:
+    """A semantic entry: the question it answered (to verify a vector hit against), then the entry."""
+    q = question.encode("utf-8", "surrogatepass")
+    return _QUESTION_TAG + len(q).to_bytes(4, "big") + q + entry
+
+
+def split_question(value: bytes) -> tuple[str, bytes] | None:
+    """(question, entry) of a semantic entry; None when it is not one (another version's format)."""
+    if not value.startswith(_QUESTION_TAG) or len(value) < 6:
+        return None
+    n = int.from_bytes(value[2:6], "big")
+    if len(value) < 6 + n:
+        return None
+    return value[6 : 6 + n].decode("utf-8", "surrogatepass"), value[6 + n :]

@@ -21,10 +21,12 @@ from time import perf_counter
 from typing import Any
 
 from cache.commands import Embedder
+from cache.entry import split_question, with_question
 from cache.exact import ExactStore, MemoryExactStore, RedisExactStore
 from cache.key import exact_key, semantic_scope
 from cache.policy import HEADER_VALUES, uses_cache
 from cache.semantic import MemoryVectorIndex, RedisVectorIndex, VectorIndex
+from cache.verify import same_question
 from gateway.config import ConfigError, ModelCache, Policy
 from gateway.errors import InvalidRequestError
 from gateway.metrics import Metrics
@@ -179,7 +181,17 @@ class ResponseCache:
             hit = None
             self._failed("semantic_get", exc)
         self._metrics.cache_lookup_seconds.labels("semantic").observe(perf_counter() - t)
-        return (hit[0], SEMANTIC_HIT) if hit is not None else None
+        if hit is None:
+            return None
+        stored = split_question(hit[0])
+        if stored is None:
+            return None
+        # The vector is near; is it the same question? Embeddings are blind to word order, negation
+        # and numbers ("fraction to percentage" vs "percentage to fraction"): a second, exact check.
+        if not same_question(look.text, stored[0]):
+            self._metrics.cache_semantic_rejected.labels(look.alias).inc()
+            return None
+        return stored[1], SEMANTIC_HIT
 
     def counted(self, look: Lookup | None, alias: str, status: bytes, usage: tuple[int, int] | None) -> None:
         self._metrics.cache_requests.labels(alias, status.decode()).inc()
@@ -209,7 +221,8 @@ class ResponseCache:
         try:
             vector = look.vector if look.vector is not None else await self._embedder.embed(look.text)
             if vector is not None:
-                await self._index.add(look.semantic, vector, entry, int(max(1, look.semantic_ttl_s)))
+                value = with_question(look.text, entry)
+                await self._index.add(look.semantic, vector, value, int(max(1, look.semantic_ttl_s)))
                 self._metrics.cache_stores.labels(look.alias, "semantic").inc()
         except Exception as exc:  # noqa: BLE001 - as above
             self._failed("semantic_set", exc)

@@ -192,6 +192,13 @@ class Metrics:
             ["model", "direction"],
             registry=r,
         )
+        self.cache_semantic_rejected = Counter(
+            "llmgw_cache_semantic_rejected",
+            "Nearest semantic entries above the similarity threshold that asked another question "
+            "(other numbers, negation, direction, entities): served from the pool instead",
+            ["model"],
+            registry=r,
+        )
         self.cache_semantic_available = Gauge(
             "llmgw_cache_semantic_available",
             "1 when the semantic cache's vector index is usable; 0 when it is disabled (e.g. Redis "

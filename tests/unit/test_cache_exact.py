@@ -7,7 +7,7 @@ import asyncio
 import orjson
 import pytest
 
-from cache.entry import assemble, replay, usage_of
+from cache.entry import assemble, replay, split_question, usage_of, with_question
 from cache.exact import MemoryExactStore
 from cache.key import exact_key, is_deterministic, semantic_scope
 from cache.policy import uses_cache
@@ -189,3 +189,10 @@ def test_memory_store_ttl_and_byte_bound() -> None:
         assert store.size_bytes <= 100
 
     asyncio.run(scenario())
+
+
+def test_semantic_entries_carry_their_question() -> None:
+    value = with_question("How do I reset my password? ✓", b'{"id":"x"}')
+    assert split_question(value) == ("How do I reset my password? ✓", b'{"id":"x"}')
+    assert split_question(b'{"id":"x"}') is None
+    assert split_question(value[:5]) is None
