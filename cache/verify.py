@@ -4,44 +4,61 @@ MiniLM mean-pools word vectors, so it is blind to what often decides an answer: 
 to percentage" vs "percentage to fraction"), negation, a changed number, an opposite word, another
 entity in the same frame ("capital of France" vs "capital of Germany"). Cosine alone reached at best
 precision 0.71 on eval/cache/paraphrases.jsonl. `same_question` rejects a candidate hit when the two
-texts differ in one of these, by rules over categories of words, none keyed on particular questions:
+texts differ in one of these, by rules over categories of words, none keyed on particular questions
+(`why_different` names the rule; rule 6 by its kind: scope, time, question, modality):
 
 1. numbers: equal multisets of numbers (digits and decimals, number words "two".."twenty", tens,
    hundred/thousand/million/billion combined into one value, ordinals, "half", "twice", "squared",
    Roman numerals II..XX; "one" alone is skipped: it is as often the article or a pronoun, "a new
    one"), and equal arithmetic symbols (+ - * / ^) when both texts use symbols;
 2. negation: the same count of negation markers (not, n't, cannot, no, never, without, except, none,
-   nothing, neither, nor, unless, avoid, lack...);
+   nothing, neither, nor, unless, avoid, lack, and "non" as in "non-root"...);
 3. antonyms: one text holds one side of a common opposite pair (enable/disable, import/export,
-   first/last, in/out, plus/minus...) the other text lacks, and the other text the other side;
+   first/last, in/out, on/off, plus/minus...) or a synonym of it the other text lacks, and the other
+   text the other side; or one word is the other with a negating prefix (un-, in-, im-, dis-, non-,
+   de-...: "lock" / "unlock", "mutable" / "immutable", the rest at least 4 letters);
 4. direction: around each relational marker (to, into, from, than, vs, over, before, after, per, but,
    instead, / ^), the content word before it must not come wholly after the content word after it in
    the other text ("Fahrenheit to Celsius" / "Celsius to Fahrenheit"); "to" counts only after a
-   content word ("string to int"), not after a frame word ("the way to reverse"). And a plain
-   preposition (in, of, for, on, with...) must not have its two content words exchanged ("grams in an
-   ounce" / "ounces in a gram");
+   content word ("string to int"), not after a frame word ("the way to reverse"). A plain preposition
+   (in, of, for, on, with...) must not have its two content words exchanged ("grams in an ounce" /
+   "ounces in a gram"); nor may any two neighbouring specific words (at most 4 tokens apart) appear in
+   the other order with the same words between them ("miles is 5 kilometers" / "kilometers is 5
+   miles"), unless the link is symmetric (and, or, with, between, vs);
 5. key terms. Words fall in three classes: FRAME words (function words and the wording of a request:
    "what's the way to", "can you explain", "is it possible") never count; LIGHT words (common verbs,
-   quantifiers, vague qualifiers: get, find, make, use, all, every, new, main) may be added freely;
-   every other word is SPECIFIC. A word of one text is matched in the other by the same light stem,
-   a listed synonym or unit abbreviation, one being a >=4-letter prefix of the other, or an acronym
-   spelled by the initials of consecutive words ("SSO" / "single sign-on"). Rejected: an unmatched
-   ENTITY (capitalized mid-sentence, ALL CAPS, CamelCase, digits/dots/underscores, `code`, 'quoted'),
-   whatever the other side; and a SUBSTITUTION: an unmatched specific word on one side while the other
-   side has an unmatched content word (specific or light) of its own. So lower-case "capital of peru"
-   vs "capital of chile" is caught without a gazetteer, and "find duplicates" vs "remove duplicates"
-   too, while a paraphrase that only adds words ("my account", "a Python list") passes. A paraphrase
-   that swaps a specific word for a synonym outside the short list is rejected: a cache miss, the safe
-   side, and most of the recall this check costs.
+   quantifiers, vague qualifiers: get, find, make, use, all, every, new, main, number, available) may be
+   added freely; every other word is SPECIFIC. A word of one text is matched in the other by the same
+   stem, a synonym (a word shares a group with it: ~100 groups of common and domain words, buy/purchase,
+   error/issue/problem, cancel/terminate/stop, app/software/product, js/javascript; a word may sit in
+   several groups), a few multi-word expressions read as one word ("turn on" = enable, "money back" =
+   refund, "log out" = logout), a unit abbreviation, one being a >=4-letter prefix of the other, or an
+   acronym spelled by the initials of consecutive words ("SSO" / "single sign-on"). Rejected: an
+   unmatched ENTITY (capitalized mid-sentence, ALL CAPS, CamelCase, digits/dots/underscores, `code`,
+   'quoted'), whatever the other side; and a SUBSTITUTION: an unmatched specific word on one side while
+   the other side has an unmatched content word (specific or light) of its own. So lower-case "capital
+   of peru" vs "capital of chile" is caught without a gazetteer, and "find duplicates" vs "remove
+   duplicates" too, while a paraphrase that only adds words ("my account", "a Python list") passes. A
+   paraphrase that swaps a specific word for a synonym outside the table is rejected: a cache miss, the
+   safe side, and most of the recall this check costs;
+6. tags: words that pin down what is asked. When both texts carry tags of a kind they must share one:
+   scope (one X / single / individual vs all / every / each / entire / whole / both vs part / partial),
+   time deixis (this / current vs next / coming vs last / previous / past before a time noun; today,
+   yesterday, tomorrow, ago), tense (will / shall / 'll vs was / were / did, not "was wondering"), the
+   kind of answer (who: person, when / what year: time, where: place, why / what causes / reason:
+   reason, how many / much / long / far / old...: quantity; a wh-word right after a content word is a
+   relative pronoun and does not count; plain "how" and "what" are compatible with anything), modality
+   (can / could / may / possible vs must / required / necessary / "do I need", "do I have to"). A tag on
+   one side only is an addition and passes ("all files" / "files").
 
 Known blind spots: adding a specific word is allowed, so "reviewing pull requests" vs "writing pull
-request descriptions" passes; wh-words are frame words ("who" vs "when" is not told apart); order is
-checked only around markers and prepositions.
+request descriptions" passes; order is checked only around markers, prepositions and neighbouring
+specific words with the same link; present vs past tense ("who is" / "who was") is not told apart (too
+many paraphrases change it); scope or time on one side only passes.
 
 Pure and model-free; regexes and word lists are built at import as immutable constants. Only the words
 that differ between the texts are stemmed, and rule 4 runs only for pairs every other rule accepted.
-Measured on a shared 2-core box: ~50 us per pair on the short questions of the evaluation set, ~170 us
-(rejected) to ~280 us (accepted) for two 100-word questions.
+Measured on a shared 2-core box: ~70-80 us per pair on the short questions of the evaluation sets.
 """
 
 from __future__ import annotations
@@ -67,6 +84,7 @@ way ways method methods approach steps step process procedure command commands t
 option options possible possibly able tell explain describe know understand help try trying tried
 wonder wondering curious question easy easiest easier simple simplest quickly best good right correct
 proper properly recommended sure very quite pretty kind lot lots anyway between among
+ideal optimal perfect grateful appreciate kindly hoping syntax example examples snippet
 """
 
 # Light words: common verbs, qualifiers and quantifiers. One text may add them freely ("get", "all
@@ -78,6 +96,10 @@ using used go goes going give take put keep show mean means meaning happen happe
 caused reason reasons only just even still already now today currently new main basic common general
 standard usual typical same other another certain particular specific given various true such
 some any all every each many much more most few several
+number amount count value values feature features period people person exist exists existing
+available exact exactly currently recent recently latest actual tip tips advice suggestion
+suggestions idea ideas mostly mainly primarily largely calculate compute determine evaluate
+repeatedly certain copy copies
 """
 
 # Plain prepositions: "X in Y" in one text and "Y in X" in the other is the same relation with its
@@ -92,7 +114,7 @@ _MARKERS = frozenset(
 
 _NEGATIONS = frozenset(
     "not no never none nothing nobody nowhere neither nor without except excluding exclude excludes "
-    "unless avoid avoiding lack lacking".split()
+    "unless avoid avoiding lack lacking non".split()
 )
 
 # Common opposites, each pair written once; stemmed at import like every text word.
@@ -119,7 +141,11 @@ love:hate always:never all:none everything:nothing with:without keep:discard kee
 enqueue:dequeue insert:delete create:delete create:destroy attach:detach join:split merge:split
 join:leave enter:exit arrive:depart encrypted:decrypted import:export freeze:boil freezing:boiling
 maximum:minimum internal:external include:omit sum:difference union:intersection parent:child
-before:since early:late earlier:later
+before:since early:late earlier:later on:off online:offline pause:resume
+heavier:lighter older:younger oldest:youngest tallest:shortest taller:shorter cheaper:pricier
+stronger:weaker strongest:weakest more:fewer many:few larger:smaller bigger:smaller rise:fall
+earliest:latest next:previous arrival:departure sunrise:sunset inhale:exhale mutable:immutable
+ban:unban hire:fire borrow:lend lend:repay
 """
 
 # Interchangeable in any question; the first word of each group stands for the group.
@@ -128,36 +154,113 @@ big large huge
 biggest largest
 small little tiny
 smallest tiniest
-fast quick rapid speedy
-start begin commence
-finish end
+fast quick rapid speedy quickly
+speed velocity fast
+start begin commence launch
+finish end complete
 buy purchase
-remove delete erase
-change modify update edit alter
-show display
-picture image photo
-cost price
-fix repair resolve solve
+remove delete erase discard drop
+cancel terminate discontinue stop end quit halt
+quit exit stop
+change modify update edit alter switch adjust
+show display list view print
+picture image photo pic img
+cost price fee pricing
+fix repair resolve solve troubleshoot
+error issue problem trouble bug fault
 choose pick select
 allow permit
 car automobile
 child kid
 answer reply respond
-problem issue trouble
 combine merge concatenate
 total sum
-author writer
-earth world globe
+author writer write wrote written
+discover find found
+earth world globe planet
 autumn fall
-speak talk
+speak talk spoken
 enable activate
-quit exit
-folder directory
+disable deactivate
+folder directory dir
 website site
 movie film
 hard difficult
-make create
-annual annually yearly
+make create generate
+make prepare cook
+annual annually yearly year
+monthly month
+weekly week
+daily day
+refund reimbursement reimburse
+laptop notebook
+computer pc
+symptom sign indication
+reason cause
+polite politely courteous courteously
+decline reject refuse deny
+invitation invite
+email mail
+adult grown
+reduce minimize decrease lower lessen cut
+increase raise boost
+temperature temp
+travel visit trip
+us usa american america
+uk british
+declare define
+constant const
+split break
+run call invoke execute
+check verify test confirm
+copy clone replicate duplicate
+app application program software product service tool
+comply compliant compliance conform
+limit maximum max cap quota
+bill billing charge pay payment
+plan subscription tier
+format type
+ask request
+read load
+convert turn transform cast parse
+int integer
+str string
+dict dictionary
+arr array
+func function fn
+obj object
+msg message
+db database
+repo repository
+env environment
+config configuration cfg
+pkg package
+lib library
+auth authentication
+docs documentation doc
+pwd password
+js javascript
+ts typescript
+py python
+k8s kubernetes
+postgres postgresql
+chance probability odds likelihood
+distance far
+deep depth
+old age
+long length
+long duration
+tall high height
+tallest highest
+differentiate derivative derive
+integrate integral
+item product goods merchandise
+shipping delivery shipment ship deliver
+appear arrive
+summary summarize summarise recap overview
+short brief briefly concise
+average mean
+represent denote signify stand mean
 """
 
 # Unit abbreviations and their word (after stemming).
@@ -262,6 +365,115 @@ _ROMAN = {
 # "a second", "per second": the time unit, not the ordinal.
 _UNIT_SECOND_BEFORE = frozenset("a an per each every one".split())
 
+# Prefixes that negate the rest of the word ("non-root" is also the negation "non": rule 2).
+_NEG_PREFIXES = frozenset("un in im il ir dis non de anti mis".split())
+_ARTICLES = frozenset("a an the".split())
+# Links under which exchanging the two words keeps the question ("cats and dogs", "tea or coffee").
+_SYMMETRIC = frozenset("and or & , vs versus plus with between nor both".split())
+
+# Rule 6, tags: words that pin down scope, time, tense, the kind of answer (wh-words) and modality.
+# Two texts that both carry tags of one kind must share one ("one file" / "all files", "this weekend" /
+# "next weekend", "who" / "when", "can I" / "must I"); a tag on one side only is an addition.
+_SCOPE = {
+    "single": "single",
+    "individual": "single",
+    "all": "all",
+    "every": "all",
+    "each": "all",
+    "entire": "all",
+    "whole": "all",
+    "everything": "all",
+    "both": "all",
+    "part": "part",
+    "partial": "part",
+    "partially": "part",
+    "portion": "part",
+}
+_TIME_NOUNS = frozenset(
+    """day days week weeks weekend weekends month months year years quarter quarters season semester night
+    morning afternoon evening decade century hour minute monday tuesday wednesday thursday friday saturday
+    sunday january february march april may june july august september october november december spring
+    summer autumn fall winter""".split()
+)
+_DEICTIC = {
+    "this": "now",
+    "current": "now",
+    "next": "future",
+    "coming": "future",
+    "upcoming": "future",
+    "last": "past",
+    "previous": "past",
+    "past": "past",
+    "prior": "past",
+}
+_DAYS = {"today": "now", "tonight": "now", "yesterday": "past", "tomorrow": "future", "ago": "past"}
+_WH = {
+    "who": "person",
+    "whom": "person",
+    "whose": "person",
+    "when": "time",
+    "where": "place",
+    "why": "reason",
+}
+_HOW_MUCH = frozenset(
+    """many much long far old big tall often large deep high heavy fast early late soon expensive wide
+    small hot cold""".split()
+)
+_WHAT_TIME = frozenset("year time date day month century decade".split())
+_PERMIT = frozenset("can could may able allowed possible permitted".split())
+_OBLIGE = frozenset("must required require requires mandatory necessary compulsory obligatory".split())
+_PRONOUNS = frozenset("i we you he she they it".split())
+_NOT_PAST = frozenset("wondering hoping thinking trying told going".split())
+_TAG_WORDS = frozenset(
+    [
+        *_SCOPE,
+        *_DEICTIC,
+        *_DAYS,
+        *_WH,
+        *_PERMIT,
+        *_OBLIGE,
+        "one",
+        "how",
+        "what",
+        "which",
+        "will",
+        "shall",
+        "was",
+        "were",
+        "did",
+        "need",
+        "have",
+        "has",
+        "reason",
+        "reasons",
+        "ll",
+    ]
+)
+_TAG_KINDS = ("scope", "time", "tense", "wh", "modal")
+_TAG_REASON = {"scope": "scope", "time": "time", "tense": "time", "wh": "question", "modal": "modality"}
+
+# Multi-word expressions read as one word ("turn on" is "enable", "money back" a "refund").
+_PHRASES = {
+    "turn": ((("on",), "enable"), (("off",), "disable"), (("down",), "decline")),
+    "switch": ((("on",), "enable"), (("off",), "disable")),
+    "money": ((("back",), "refund"),),
+    "send": ((("back",), "return"),),
+    "give": ((("back",), "return"),),
+    "get": ((("rid", "of"), "remove"),),
+    "roll": ((("back",), "undo"),),
+    "throw": ((("away",), "discard"),),
+    "show": ((("up",), "appear"),),
+    "shows": ((("up",), "appear"),),
+    "log": ((("in",), "login"), (("out",), "logout")),
+    "sign": ((("in",), "login"), (("out",), "logout"), (("up",), "register")),
+    "set": ((("up",), "configure"),),
+    "grown": ((("-", "up"), "adult"), (("up",), "adult")),
+    "come": ((("down",), "fall"),),
+    "find": ((("out",), "find"),),
+    "figure": ((("out",), "find"),),
+    "look": ((("up",), "find"),),
+}
+
 # ------------------------------------------------------------------------------------------ regexes
 # Speed: one regex tokenizes, the word lists are looked up as written, and only the words that differ
 # between the two texts (few, for a candidate hit) are stemmed in Python; the loops over every token
@@ -305,34 +517,50 @@ def _undouble(w: str) -> str:
     return w
 
 
-def _build_synonyms() -> dict[str, str]:
-    table = {
-        _stem(w): _stem(group.split()[0])
-        for group in _SYNONYM_GROUPS.strip().splitlines()
-        for w in group.split()
-    }
-    table.update({k: _stem(v) for k, v in _UNIT_WORDS.items()})
+def _build_synonyms() -> dict[str, frozenset[str]]:
+    """stem -> the groups (named by their first word's stem) it belongs to; a word may sit in several
+    ("stop": cancel, quit), and two words match when they share a group."""
+    table: dict[str, frozenset[str]] = {}
+    for group in _SYNONYM_GROUPS.strip().splitlines():
+        words = group.split()
+        head = "=" + _stem(words[0])
+        # The plural too: the stemmer makes "movies" "movy" but "movie" "movi".
+        for stem in {_stem(form) for w in words for form in (w, w + "s")}:
+            table[stem] = table.get(stem, frozenset()) | {head}
     return table
 
 
-_SYNONYMS = _build_synonyms()
+_GROUPS = _build_synonyms()
+_NO_GROUPS: frozenset[str] = frozenset()
 
 
 def _canonical(word: str) -> str:
     stem = _stem(word)
-    return _SYNONYMS.get(stem, stem)
+    return _UNIT_STEMS.get(stem, stem)
+
+
+_UNIT_STEMS = {k: _stem(v) for k, v in _UNIT_WORDS.items()}
 
 
 def _canonicals(words: str) -> frozenset[str]:
     return frozenset(_canonical(w) for w in words.split())
 
 
+def _keys(stem: str) -> frozenset[str]:
+    """The stem and its synonym groups: what it matches, and what an opposite is keyed by."""
+    groups = _GROUPS.get(stem)
+    return groups | {stem} if groups else frozenset((stem,))
+
+
 def _build_antonyms() -> dict[str, frozenset[str]]:
+    # Opposition carries over to synonyms: add:remove makes "drop" the opposite of "add" too.
     table: dict[str, frozenset[str]] = {}
     for pair in _ANTONYM_PAIRS.split():
-        x, y = (_canonical(w) for w in pair.split(":"))
-        table[x] = table.get(x, frozenset()) | {y}
-        table[y] = table.get(y, frozenset()) | {x}
+        x, y = (_keys(_canonical(w)) for w in pair.split(":"))
+        for k in x:
+            table[k] = table.get(k, frozenset()) | y
+        for k in y:
+            table[k] = table.get(k, frozenset()) | x
     return table
 
 
@@ -358,6 +586,7 @@ class Analysis:
     content: frozenset[str]  # words minus frame/negation/marker/number words and punctuation
     entities: frozenset[str]  # content words written as names or technical terms, quoted phrases
     acronyms: frozenset[str]  # entities written in ALL CAPS
+    tags: frozenset[tuple[str, str]]  # (kind, value): ("scope", "all"), ("wh", "person")... rule 6
 
     # Rule 4 runs last and only for pairs every other rule accepted, so its context is derived lazily.
     def pairs(self) -> tuple[tuple[str, str], ...]:
@@ -443,6 +672,9 @@ def analyze(text: str) -> Analysis:
             entities.add(bare)  # Node.js, snake_case, C++, v2; or a capitalized possessive
     if not _NUMBER_WORDS.isdisjoint(words):
         numbers.extend(_number_words(words))
+    if not _PHRASES.keys().isdisjoint(words):
+        words = _join_phrases(words)
+    tags = _tags(words) if not _TAG_WORDS.isdisjoint(words) else frozenset()
     content = frozenset(w for w in frozenset(words).difference(_FRAME_RAW) if w[0].isalpha())
     words.extend(quoted)
     return Analysis(
@@ -453,7 +685,75 @@ def analyze(text: str) -> Analysis:
         content=content.union(quoted),
         entities=frozenset(entities & content).union(quoted),
         acronyms=frozenset(acronyms & content),
+        tags=tags,
     )
+
+
+def _join_phrases(words: list[str]) -> list[str]:
+    out: list[str] = []
+    i = 0
+    n = len(words)
+    for k in [k for k, w in enumerate(words) if w in _PHRASES]:
+        if k < i:
+            continue
+        for rest, one in _PHRASES[words[k]]:
+            if tuple(words[k + 1 : k + 1 + len(rest)]) == rest:
+                out.extend(words[i:k])
+                out.append(one)
+                i = k + 1 + len(rest)
+                break
+    out.extend(words[i:n])
+    return out
+
+
+def _tags(words: list[str]) -> frozenset[tuple[str, str]]:
+    """Rule 6's tags; a wh-word right after a content word is a relative pronoun ("people who"), not a
+    question about a person."""
+    tags: set[tuple[str, str]] = set()
+    n = len(words)
+    for i in [i for i, w in enumerate(words) if w in _TAG_WORDS]:
+        w = words[i]
+        prev = words[i - 1] if i else ""
+        nxt = words[i + 1] if i + 1 < n else ""
+        if w in _SCOPE:
+            if w != "all" or prev != "at":
+                tags.add(("scope", _SCOPE[w]))
+        elif w == "one":
+            if nxt and nxt[0].isalpha() and (nxt == "of" or nxt not in _FRAME_RAW) and prev not in _ARTICLES:
+                tags.add(("scope", "single"))
+        elif w in _DEICTIC:
+            if nxt in _TIME_NOUNS:
+                tags.add(("time", _DEICTIC[w]))
+        elif w in _DAYS:
+            tags.add(("time", _DAYS[w]))
+        elif w in ("will", "shall", "ll"):
+            tags.add(("tense", "future"))
+        elif w in ("was", "were", "did"):
+            if nxt not in _NOT_PAST and not (nxt in _PRONOUNS and i + 2 < n and words[i + 2] in _NOT_PAST):
+                tags.add(("tense", "past"))
+        elif w in _PERMIT:
+            tags.add(("modal", "permit"))
+        elif w in _OBLIGE:
+            tags.add(("modal", "oblige"))
+        elif w in ("need", "have", "has"):
+            # "do I need (to)", "do I have to": an obligation; "I need to" states a want.
+            if i >= 2 and prev in _PRONOUNS and words[i - 2] in ("do", "does", "did", "will"):
+                if w == "need" or nxt == "to":
+                    tags.add(("modal", "oblige"))
+        elif w in ("reason", "reasons"):
+            tags.add(("wh", "reason"))
+        elif prev and prev[0].isalpha() and prev not in _FRAME_RAW:
+            continue  # a relative pronoun
+        elif w in _WH:
+            tags.add(("wh", _WH[w]))
+        elif w == "how":
+            if nxt in _HOW_MUCH:
+                tags.add(("wh", "quantity"))
+        elif nxt in _WHAT_TIME:  # what / which year
+            tags.add(("wh", "time"))
+        elif nxt in ("cause", "causes", "caused", "make", "makes", "made"):
+            tags.add(("wh", "reason"))
+    return frozenset(tags)
 
 
 def _number_words(low: list[str]) -> list[float]:
@@ -543,17 +843,45 @@ def why_different(asked: str, stored: str) -> str | None:
     # Only the words that differ are stemmed: canonical form -> the words it came from.
     diff_a = _canon_map(frozenset(a.words) - frozenset(b.words))
     diff_b = _canon_map(frozenset(b.words) - frozenset(a.words))
-    for x in diff_a.keys() - diff_b.keys():
-        opposite = _ANTONYM_OF.get(x)
-        if opposite and not opposite.isdisjoint(diff_b.keys() - diff_a.keys()):
-            return "antonym"
+    if _opposed(diff_a.keys() - diff_b.keys(), diff_b.keys() - diff_a.keys()):
+        return "antonym"
+    if a.tags and b.tags and a.tags != b.tags:
+        for kind in _TAG_KINDS:
+            tags_a = {t for t in a.tags if t[0] == kind}
+            tags_b = {t for t in b.tags if t[0] == kind}
+            if tags_a and tags_b and tags_a.isdisjoint(tags_b):
+                return _TAG_REASON[kind]
     if not _terms_covered(a, b, diff_a, diff_b):
         return "key_terms"
     if not (_order_kept(a.pairs(), b) and _order_kept(b.pairs(), a)):
         return "direction"
-    if _swapped(a.swaps(), b.swaps()):
+    if _swapped(a.swaps(), b.swaps()) or _roles_swapped(a.words, b.words):
         return "direction"
     return None
+
+
+def _opposed(only_a: set[str], only_b: set[str]) -> bool:
+    """Rule 3: a word of one text whose opposite (or an opposite's synonym) is in the other only; or the
+    same word negated by a prefix ("root" / "nonroot", "mutable" / "immutable", "lock" / "unlock")."""
+    if not only_a or not only_b:
+        return False
+    keys_b: set[str] = set()
+    for y in only_b:
+        keys_b |= _keys(y)
+    for x in only_a:
+        for k in _keys(x):
+            opposite = _ANTONYM_OF.get(k)
+            if opposite and not opposite.isdisjoint(keys_b):
+                return True
+    return any(_prefix_negated(x, only_b) for x in only_a) or any(_prefix_negated(y, only_a) for y in only_b)
+
+
+def _prefix_negated(word: str, others: set[str]) -> bool:
+    n = len(word)
+    return any(
+        len(o) >= 4 and n - len(o) in (2, 3, 4) and word.endswith(o) and word[: n - len(o)] in _NEG_PREFIXES
+        for o in others
+    )
 
 
 def same_question(asked: str, stored: str) -> bool:
@@ -566,7 +894,7 @@ def _canon_map(words: frozenset[str]) -> dict[str, list[str]]:
     for w in words:
         if w and w[0].isalpha():
             stem = _stem(w)
-            out.setdefault(_SYNONYMS.get(stem, stem), []).append(w)
+            out.setdefault(_UNIT_STEMS.get(stem, stem), []).append(w)
     return out
 
 
@@ -613,9 +941,18 @@ def _missing(
     left: dict[str, str] = {}
     other_stems: frozenset[str] | None = None
     others: list[str] = []
+    their_groups: set[str] | None = None
     for canon, forms in mine.items():
         if canon in theirs or canon in _FRAME:
             continue
+        groups = _GROUPS.get(canon)
+        if groups:
+            if their_groups is None:
+                their_groups = set()
+                for c in theirs:
+                    their_groups |= _GROUPS.get(c, _NO_GROUPS)
+            if not groups.isdisjoint(their_groups):
+                continue
         word = next((w for w in forms if w in me.content), "")
         if not word:
             continue
@@ -633,6 +970,29 @@ def _expansion(acronym: str, words: tuple[str, ...]) -> frozenset[str]:
     at = [i for i, w in enumerate(words) if w[0].isalnum()]
     start = "".join(words[i][0] for i in at).find(acronym)
     return frozenset(words[i] for i in at[start : start + len(acronym)]) if start >= 0 else frozenset()
+
+
+def _roles_swapped(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
+    """Two specific words close together in one text and in the other order in the other, with the same
+    words between them ("miles is 5 kilometers" / "kilometers is 5 miles"): the roles are exchanged
+    whatever links them, unless the link is symmetric ("X and Y", "X or Y")."""
+    spans_a = _spans(a)
+    if not spans_a:
+        return False
+    spans_b = _spans(b)
+    return any((y, mid, x) in spans_b for x, mid, y in spans_a if x != y)
+
+
+def _spans(words: tuple[str, ...]) -> set[tuple[str, tuple[str, ...], str]]:
+    """(stem, the words between minus articles, stem) for specific words at most 4 apart."""
+    at = [i for i, w in enumerate(words) if w and w[0].isalpha() and _ordered(w)]
+    out: set[tuple[str, tuple[str, ...], str]] = set()
+    for i, j in zip(at, at[1:], strict=False):
+        if j - i <= 4:
+            mid = tuple(w for w in words[i + 1 : j] if w not in _ARTICLES)
+            if _SYMMETRIC.isdisjoint(mid):
+                out.add((_stem(words[i]), mid, _stem(words[j])))
+    return out
 
 
 def _swapped(a: tuple[tuple[str, str, str], ...], b: tuple[tuple[str, str, str], ...]) -> bool:

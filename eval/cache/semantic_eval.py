@@ -1,7 +1,7 @@
 """Which threshold the semantic cache should ship, measured on hand-written prompt pairs: cosine alone
 and cosine AND the lexical verifier (cache.verify.same_question).
 
-    python -m eval.cache.semantic_eval [--data eval/cache/paraphrases.jsonl] [--max-tokens 128]
+    python -m eval.cache.semantic_eval [--data eval/cache/paraphrases.jsonl ...] [--max-tokens 128]
     python -m eval.cache.semantic_eval --data other.jsonl --threshold 0.80   # a fixed threshold, no picking
 
 `paraphrases.jsonl`: one pair per line, {"a", "b", "paraphrase": bool, "kind"}. Paraphrases ask the
@@ -19,7 +19,8 @@ the threshold to ship is the verified scheme's threshold with the most recall su
 Also: a cross-validated estimate (threshold picked on half of the pairs, measured on the other half,
 repeated), the near misses still served at the shipped threshold by kind, the paraphrases the verifier
 rejects by kind and by rule, and the verifier's cost per pair. `--threshold` measures a fixed threshold
-on another file (a held-out set). Writes JSON to bench-results/.
+on another file (a held-out set). Several --data files are pooled (the threshold is picked on all their
+pairs) and each is also measured alone at the shipped threshold. Writes JSON to bench-results/.
 """
 
 from __future__ import annotations
@@ -202,6 +203,22 @@ def fixed_report(
     }
 
 
+def per_file_at(
+    paths: list[Path], per_file: list[list[Pair]], sims: Floats, reasons: list[str | None], threshold: float
+) -> dict[str, Any]:
+    """Each pooled file alone at the threshold picked on all of them (cosine AND verifier)."""
+    out: dict[str, Any] = {}
+    start = 0
+    for path, ps in zip(paths, per_file, strict=True):
+        end = start + len(ps)
+        labels = np.asarray([p.paraphrase for p in ps], dtype=bool)
+        accepted = np.asarray([r is None for r in reasons[start:end]], dtype=bool)
+        scores = np.where(accepted, sims[start:end], -1.0)
+        out[str(path)] = metrics_at(scores, labels, threshold).to_json()
+        start = end
+    return out
+
+
 def _dist(xs: Floats) -> dict[str, float]:
     return {
         "min": round(float(xs.min()), 4),
@@ -265,6 +282,8 @@ def print_report(result: dict[str, Any]) -> None:
     print(f"verifier alone: {result['verifier_alone']}  ({result['verify_us_per_pair']:.1f} us/pair)")
     _print_scheme("cosine only", result["cosine_only"], result["min_precision"])
     _print_scheme("cosine AND same_question", result["cosine_and_verifier"], result["min_precision"])
+    for path, m in result.get("per_file", {}).items():
+        print(f"  {path} at the shipped threshold: precision {m['precision']:.3f} recall {m['recall']:.3f}")
     if result["breakdown"] is not None:
         _print_breakdown(result["breakdown"])
 
@@ -285,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m eval.cache.semantic_eval", description=__doc__.split("\n")[0]
     )
-    parser.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    parser.add_argument("--data", type=Path, nargs="+", default=[DEFAULT_DATA], help="pooled when several")
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--min-precision", type=float, default=0.97)
     parser.add_argument("--splits", type=int, default=200, help="random half splits (each used both ways)")
@@ -296,17 +315,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
 
-    pairs = load_pairs(args.data)
+    per_file = [load_pairs(path) for path in args.data]
+    pairs = [p for ps in per_file for p in ps]
     vectors, encoder_info = embed_all(pairs, args.max_tokens)
     sims = pair_cosines(vectors, pairs)
     reasons, us = verdicts(pairs)
-    head = {"data": str(args.data), **encoder_info, "verify_us_per_pair": round(us, 2)}
+    stem = "+".join(path.stem for path in args.data)
+    head = {"data": " ".join(map(str, args.data)), **encoder_info, "verify_us_per_pair": round(us, 2)}
     if args.threshold is not None:
         result = {**head, **fixed_report(pairs, sims, reasons, args.threshold)}
         print_fixed(result)
-        out = args.out or Path(f"bench-results/semantic-{args.data.stem}-at-{args.threshold:.2f}.json")
+        out = args.out or Path(f"bench-results/semantic-{stem}-at-{args.threshold:.2f}.json")
     else:
         result = {**head, **report(pairs, sims, reasons, args.min_precision, args.splits, args.seed)}
+        ship = result["cosine_and_verifier"]["shipped"]
+        if len(per_file) > 1 and ship is not None:
+            result["per_file"] = per_file_at(args.data, per_file, sims, reasons, ship["threshold"])
         print_report(result)
         out = args.out or Path("bench-results/semantic-threshold.json")
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -137,3 +137,67 @@ def test_analysis_is_plain_data() -> None:
     assert a.negations == 1
     assert 2.0 in a.numbers and 3.11 in a.numbers
     assert "pip install" in a.entities and "python" in a.entities
+
+
+@pytest.mark.parametrize(
+    ("same", "other", "reason"),
+    [
+        (
+            ("How do I delete every branch in git?", "How do I delete all branches in git?"),
+            ("How do I delete one branch in git?", "How do I delete all branches in git?"),
+            "scope",
+        ),
+        (
+            ("What movies are playing this Friday?", "Which films are playing this Friday?"),
+            ("What movies are playing this Friday?", "What movies are playing next Friday?"),
+            "time",
+        ),
+        (
+            ("Who was the CEO of Apple in 2010?", "Who was Apple's CEO in 2010?"),
+            ("Who was the CEO of Apple in 2010?", "Who will be the CEO of Apple in 2010?"),
+            "time",
+        ),
+        (
+            ("Who founded Tesla?", "Tesla was founded by whom?"),
+            ("Who founded Tesla?", "When was Tesla founded?"),
+            "question",
+        ),
+        (
+            ("Can I bring a laptop on the plane?", "Is it possible to bring a notebook on the plane?"),
+            ("Can I bring a laptop on the plane?", "Must I bring a laptop on the plane?"),
+            "modality",
+        ),
+    ],
+)
+def test_tags_of_one_kind_must_agree(same: tuple[str, str], other: tuple[str, str], reason: str) -> None:
+    assert same_question(*same)
+    assert why_different(*other) == reason
+
+
+def test_relative_wh_word_is_not_a_question_word() -> None:
+    assert same_question(
+        "Which SQL query finds users who never logged in?", "SQL query: users never logged in"
+    )
+
+
+def test_prefix_negation_and_particles_are_opposites() -> None:
+    assert why_different("Is this function non-blocking?", "Is this function blocking?") == "negation"
+    assert why_different("Is a list mutable in Python?", "Is a list immutable in Python?") == "antonym"
+    assert why_different("How do I lock my screen?", "How do I unlock my screen?") == "antonym"
+    assert why_different("How do I switch on bluetooth?", "How do I switch off bluetooth?") == "antonym"
+    assert why_different("How do I log in to the portal?", "How do I log out of the portal?") == "antonym"
+
+
+def test_unmarked_role_swap() -> None:
+    assert why_different("How many ounces is 3 grams?", "How many grams is 3 ounces?") == "direction"
+    assert same_question(
+        "What is the difference between cats and dogs?", "What is the difference between dogs and cats?"
+    )
+
+
+def test_synonym_groups_and_phrases() -> None:
+    assert same_question("How do I get a refund?", "How do I get my money back?")
+    assert same_question("How do I turn on two-factor authentication?", "How do I enable 2FA?")
+    assert same_question("How do I buy a gift card?", "How do I purchase a gift card?")
+    # Opposition carries over to synonyms: "drop" is a "remove", the opposite of "add".
+    assert why_different("How do I add a column?", "How do I drop a column?") == "antonym"
