@@ -13,9 +13,15 @@ already computed for routing is the one the cache reuses), so the threshold fits
 
 Cosine alone cannot separate them (MiniLM mean-pools word vectors: blind to order and negation, and an
 entity swap moves the vector little), so the gateway serves a hit only when the cosine clears the
-threshold AND `same_question(asked, stored)` accepts the pair. Both schemes are swept over 0.50..0.99;
-the threshold to ship is the verified scheme's threshold with the most recall subject to precision >=
---min-precision (0.97, a margin over the 0.95 target), ties to the highest threshold.
+threshold AND `same_question(asked, stored)` accepts the pair. Since v3 the verifier is a whitelist
+(equal normal forms: same words after frame, spelling, contraction, number and true-synonym
+normalization), so it rejects nearly every reworded paraphrase: expect high precision and low recall;
+its rules ("numbers", "added", "order", "words", "empty") name how the normal forms differ.
+Both schemes are swept over 0.50..0.99; the threshold to ship is the verified scheme's threshold with
+the most recall subject to precision >= --min-precision (0.97, a margin over the 0.95 target), ties to
+the lowest threshold (--ties low, the default since v3: the verifier accepts no near miss at any cosine,
+so the cosine is only a candidate gate and the highest of equal thresholds would just fit the cosines of
+the few hits seen; --ties high picks as for v2).
 Also: a cross-validated estimate (threshold picked on half of the pairs, measured on the other half,
 repeated), the near misses still served at the shipped threshold by kind, the paraphrases the verifier
 rejects by kind and by rule, and the verifier's cost per pair. `--threshold` measures a fixed threshold
@@ -102,17 +108,22 @@ def verdicts(pairs: list[Pair]) -> tuple[list[str | None], float]:
     return reasons, 1e6 * elapsed / max(1, len(pairs))
 
 
-def scheme(scores: Floats, labels: Bools, min_precision: float, splits: int, seed: int) -> dict[str, Any]:
+def scheme(
+    scores: Floats, labels: Bools, min_precision: float, splits: int, seed: int, low_ties: bool = False
+) -> dict[str, Any]:
     """Sweep, shipped threshold and cross-validated estimate for one scoring of the pairs."""
     thresholds = grid()
     rows = sweep(scores, labels, thresholds)
-    ship = pick_threshold(rows, min_precision)
+    ship = pick_threshold(rows, min_precision, low_ties)
     with_hits = [m for m in rows if m.hits]
     best = max(with_hits, key=lambda m: (m.precision, -m.threshold)) if with_hits else None
-    cv = cross_validate(scores, labels, thresholds, min_precision, splits=splits, seed=seed)
+    cv = cross_validate(
+        scores, labels, thresholds, min_precision, splits=splits, seed=seed, low_ties=low_ties
+    )
     return {
         "sweep": [m.to_json() for m in rows],
         "shipped": ship.to_json() if ship is not None else None,
+        "ties": "low" if low_ties else "high",
         "best_precision": best.to_json() if best is not None else None,
         "best_f1": max(rows, key=lambda m: m.f1).to_json(),
         "cross_validated": cv.summary(),
@@ -166,6 +177,7 @@ def report(
     min_precision: float,
     splits: int,
     seed: int,
+    low_ties: bool = False,
 ) -> dict[str, Any]:
     """Cosine alone and cosine AND verifier, each swept over 0.50..0.99; the verified scheme's
     threshold is the one to ship."""
@@ -173,13 +185,14 @@ def report(
     accepted = np.asarray([r is None for r in reasons], dtype=bool)
     combined = np.where(accepted, sims, -1.0)
     cosine = scheme(sims, labels, min_precision, splits, seed)
-    verified = scheme(combined, labels, min_precision, splits, seed)
+    verified = scheme(combined, labels, min_precision, splits, seed, low_ties)
     ship = verified["shipped"]
     return {
         "pairs": {"paraphrase": int(labels.sum()), "near_miss": int((~labels).sum())},
         "kinds": dict(Counter(f"{'para' if p.paraphrase else 'miss'}:{p.kind}" for p in pairs)),
         "cosine_distribution": {"paraphrase": _dist(sims[labels]), "near_miss": _dist(sims[~labels])},
         "min_precision": min_precision,
+        "ties": "low" if low_ties else "high",
         "verifier_alone": verifier_alone(pairs, reasons),
         "cosine_only": cosine,
         "cosine_and_verifier": verified,
@@ -252,7 +265,8 @@ def _print_scheme(name: str, result: dict[str, Any], min_precision: float) -> No
     else:
         print(
             f"ship {ship['threshold']:.2f}: precision {ship['precision']:.3f}, recall {ship['recall']:.3f} "
-            f"(whole set; most recall with precision >= {min_precision}, ties to the highest threshold)"
+            f"(whole set; most recall with precision >= {min_precision}, ties to the {result['ties']}est "
+            "threshold)"
         )
     cv = result["cross_validated"]
     if not cv.get("picked"):
@@ -310,6 +324,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--splits", type=int, default=200, help="random half splits (each used both ways)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
+        "--ties",
+        choices=("high", "low"),
+        default="low",
+        help="among thresholds with equal recall ship the lowest (default: the whitelist verifier, not the "
+        "cosine, keeps near misses out) or the highest",
+    )
+    parser.add_argument(
         "--threshold", type=float, default=None, help="evaluate this fixed threshold on --data (no picking)"
     )
     parser.add_argument("--out", type=Path, default=None)
@@ -327,7 +348,10 @@ def main(argv: list[str] | None = None) -> int:
         print_fixed(result)
         out = args.out or Path(f"bench-results/semantic-{stem}-at-{args.threshold:.2f}.json")
     else:
-        result = {**head, **report(pairs, sims, reasons, args.min_precision, args.splits, args.seed)}
+        result = {
+            **head,
+            **report(pairs, sims, reasons, args.min_precision, args.splits, args.seed, args.ties == "low"),
+        }
         ship = result["cosine_and_verifier"]["shipped"]
         if len(per_file) > 1 and ship is not None:
             result["per_file"] = per_file_at(args.data, per_file, sims, reasons, ship["threshold"])

@@ -83,11 +83,14 @@ def sweep(sims: Floats, labels: Bools, thresholds: Sequence[float]) -> list[Metr
     return [metrics_at(sims, labels, t) for t in thresholds]
 
 
-def pick_threshold(rows: Sequence[Metrics], min_precision: float) -> Metrics | None:
+def pick_threshold(rows: Sequence[Metrics], min_precision: float, low_ties: bool = False) -> Metrics | None:
     """The threshold with the most recall among those with precision >= `min_precision` (rows with hits
-    only); among equal recall the highest threshold, which serves the same hits with more margin."""
+    only); among equal recall the highest threshold, which serves the same hits with more margin, or with
+    `low_ties` the lowest: for a whitelist verifier that accepts no near miss at any cosine, the cosine
+    is only a candidate gate, and a high tie merely fits the cosines of the few hits seen."""
     ok = [m for m in rows if m.hits and m.precision >= min_precision]
-    return max(ok, key=lambda m: (m.recall, m.threshold)) if ok else None
+    sign = -1.0 if low_ties else 1.0
+    return max(ok, key=lambda m: (m.recall, sign * m.threshold)) if ok else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +134,7 @@ def cross_validate(
     *,
     splits: int = 200,
     seed: int = 0,
+    low_ties: bool = False,
 ) -> CrossValidation:
     """Repeated stratified half splits: pick on one half, measure on the other (then swap roles)."""
     rng = np.random.default_rng(seed)
@@ -143,7 +147,7 @@ def cross_validate(
         mask[rng.permutation(pos)[: len(pos) // 2]] = True
         mask[rng.permutation(neg)[: len(neg) // 2]] = True
         for fit in (mask, ~mask):
-            choice = pick_threshold(sweep(sims[fit], labels[fit], thresholds), min_precision)
+            choice = pick_threshold(sweep(sims[fit], labels[fit], thresholds), min_precision, low_ties)
             if choice is None:
                 continue
             held = metrics_at(sims[~fit], labels[~fit], choice.threshold)

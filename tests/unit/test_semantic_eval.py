@@ -53,6 +53,7 @@ def test_pick_most_recall_with_precision_at_target_ties_to_highest_threshold() -
     ]
     assert pick_threshold(rows, 0.97) == rows[1]
     assert pick_threshold(rows[2:], 0.97) == rows[4]  # 0.95 and 0.97 tie on recall: the higher one
+    assert pick_threshold(rows[2:], 0.97, low_ties=True) == rows[3]  # or the lower one, if asked
     assert pick_threshold(rows, 0.6) == rows[0]
 
 

@@ -1,203 +1,134 @@
-"""cache.verify: each rule accepts a paraphrase and rejects its near miss (pairs written for these tests,
-not taken from eval/cache/paraphrases.jsonl)."""
+"""cache.verify v3 (a whitelist): each meaning-preserving normalization is accepted, and each category of
+difference that a blacklist missed is rejected (pairs written for these tests, not taken from the
+evaluation sets)."""
 
 from __future__ import annotations
 
 import pytest
 
-from cache.verify import analyze, same_question, why_different
-
-
-def test_identical_and_reworded_frames_are_the_same_question() -> None:
-    assert same_question("How do I rename a branch in git?", "How do I rename a branch in git?")
-    assert same_question(
-        "How do I rename a branch in git?", "What's the easiest way to rename a git branch? Please explain."
-    )
+from cache.verify import normal_form, same_question, why_different
 
 
 @pytest.mark.parametrize(
-    ("same", "other"),
+    ("asked", "stored"),
     [
+        # case, punctuation, emoji at the edges
+        ("How do I rename a git branch?", "how do i rename a git branch"),
+        ("🙏 How do I rename a git branch??? 😅", "How do I rename a git branch."),
+        # contractions, with and without the apostrophe
+        ("What's the capital of Peru?", "What is the capital of Peru?"),
+        ("whats the capital of peru", "What is the capital of Peru?"),
+        ("Why can't I log in?", "Why cannot I log in?"),
+        ("Why doesnt my build start?", "Why does not my build start?"),
+        # texting forms
+        ("can u explain recursion pls", "Explain recursion, please."),
+        ("how do i reset ur router", "How do I reset your router?"),
+        # greetings, politeness, fillers
+        ("Hi there, how do I reset my router?", "How do I reset my router? Thanks in advance!"),
+        ("Hello! Quick question: how do I reset my router?", "how do I reset my router"),
+        ("I was wondering if you could tell me how to reset my router", "How do I reset my router?"),
+        ("Can you tell me what the boiling point of ethanol is?", "What is the boiling point of ethanol?"),
+        ("I'd like to know why the sky is blue", "I want to know why the sky is blue."),
+        ("Does anyone know how to reset my router?", "how to reset my router"),
+        ("What exactly is a monad?", "What is a monad?"),
+        # one canonical "how do I"
+        ("How can I reset my router?", "What's the best way to reset my router?"),
+        ("Is there a way to reset my router?", "how should I reset my router"),
+        ("Explain how to reset my router.", "Show me how to reset my router"),
+        ("Is it possible to pause my plan?", "Can I pause my plan?"),
+        # articles
+        ("How do I reverse a list in Python?", "how do i reverse the list in python"),
+        # true synonyms and spellings
+        ("Can I purchase a gift card?", "Can I buy a gift card?"),
+        ("How do I delete a docker volume?", "How do I remove a docker volume?"),
+        ("How do I modify my colour scheme?", "How do I change my color scheme?"),
+        ("How do I copy a dict in Python?", "How do I copy a dictionary in Python?"),
+        ("How do I get my money back?", "How do I get my refund?"),
+        ("How do I sign in with Google?", "How do I login with Google?"),
+        # numbers: words, digits, money, percent, thousands, units
+        ("How many minutes are in three hours?", "How many minutes are in 3 hours?"),
+        ("What is twenty five times four?", "What is 25 times 4?"),
+        ("Who was the 3rd king of Prussia?", "Who was the third king of Prussia?"),
+        ("What is 15% of $10,000?", "What is 15 percent of 10000 dollars?"),
+        ("How far is 10 km in miles?", "How far is 10 kilometres in miles?"),
+        ("Is a 100MB file too big to email?", "Is a 100 MB file too big to e-mail?"),
+        # order-free phrases
+        ("In Python, how do I reverse a list?", "How do I reverse a list in Python?"),
         (
-            ("How many minutes are in 3 hours?", "How many minutes are in three hours?"),
-            ("How many minutes are in 3 hours?", "How many minutes are in 4 hours?"),
+            "What's the difference between a list and a tuple?",
+            "What is the difference between a tuple and a list?",
         ),
-        (
-            ("What is 25 times 4?", "What is twenty five times 4?"),
-            ("What is 25 times 4?", "What is 25 times 40?"),
-        ),
-        (
-            ("Who was the third king of Prussia?", "Who was the 3rd king of Prussia?"),
-            ("Who was the third king of Prussia?", "Who was the fourth king of Prussia?"),
-        ),
-        (
-            ("When did Ramesses II die?", "When did Ramesses the Second die?"),
-            ("When did Ramesses II die?", "When did Ramesses III die?"),
-        ),
-        (("Solve 3y - 4 = 11", "Solve 3y - 4 = 11 for y"), ("Solve 3y - 4 = 11", "Solve 3y + 4 = 11")),
     ],
 )
-def test_numbers(same: tuple[str, str], other: tuple[str, str]) -> None:
-    assert same_question(*same)
-    assert why_different(*other) == "numbers"
-
-
-def test_one_is_not_counted_as_a_number() -> None:
-    """ "one" is the article or a pronoun as often as a number."""
-    assert same_question(
-        "Which plan should I pick for a small team?", "Which one plan should I pick for a small team?"
-    )
-
-
-def test_negation() -> None:
-    assert same_question("Why isn't my printer responding?", "Why is my printer not responding?")
-    assert (
-        why_different("Which fruits contain vitamin K?", "Which fruits don't contain vitamin K?")
-        == "negation"
-    )
-    assert (
-        why_different("Can I return shoes I have worn?", "Can I return shoes I have never worn?")
-        == "negation"
-    )
-    assert why_different("Recipes with peanuts", "Recipes without peanuts") == "negation"
-
-
-def test_antonyms() -> None:
-    assert same_question(
-        "How do I enable notifications in Outlook?", "What's the way to enable Outlook notifications?"
-    )
-    assert (
-        why_different(
-            "How do I enable notifications in Outlook?", "How do I disable notifications in Outlook?"
-        )
-        == "antonym"
-    )
-    assert why_different("How do I encrypt a zip file?", "How do I decrypt a zip file?") == "antonym"
-    assert (
-        why_different("Sort the array in ascending order", "Sort the array in descending order") == "antonym"
-    )
-
-
-def test_direction_around_relational_markers() -> None:
-    assert same_question(
-        "How do I convert kilograms to pounds?", "What's the way to convert kilograms to pounds?"
-    )
-    assert (
-        why_different("How do I convert kilograms to pounds?", "How do I convert pounds to kilograms?")
-        == "direction"
-    )
-    assert why_different("Is rice healthier than pasta?", "Is pasta healthier than rice?") == "direction"
-    assert (
-        why_different("Translate this from Italian into Greek", "Translate this from Greek into Italian")
-        == "direction"
-    )
-
-
-def test_infinitive_to_orders_nothing() -> None:
-    """ "the way to X" is not "A to B": a reworded frame around it is still the same question."""
-    assert same_question(
-        "What's the command to list docker images?", "How do I list docker images with a command?"
-    )
-
-
-def test_swapped_arguments_of_a_preposition() -> None:
-    assert why_different("How many grams are in an ounce?", "How many ounces are in a gram?") == "direction"
-
-
-def test_entities_must_match_as_sets() -> None:
-    assert same_question("How do I parse JSON in Rust?", "In Rust, what's the way to parse JSON?")
-    assert why_different("How do I parse JSON in Rust?", "How do I parse JSON in Kotlin?") == "key_terms"
-    assert why_different("How do I parse JSON in Rust?", "How do I parse YAML in Rust?") == "key_terms"
-    assert why_different("How do I install NumPy?", "How do I install NumPy on macOS?") == "key_terms"
-
-
-def test_lowercase_substitution_is_caught_without_a_gazetteer() -> None:
-    assert why_different("capital of peru", "capital of chile") == "key_terms"
-    assert why_different("melting point of iron", "melting point of copper") == "key_terms"
-    assert (
-        why_different("How do I clear my browser cache?", "How do I clear my browser history?") == "key_terms"
-    )
-
-
-def test_light_word_against_a_specific_word_is_a_substitution() -> None:
-    """ "find" may be added freely, but "find X" vs "merge X" changed the action."""
-    assert same_question("How do I get the size of a folder?", "How do I find the size of a folder?")
-    assert why_different("How do I find empty folders?", "How do I merge empty folders?") == "key_terms"
-
-
-def test_synonyms_prefixes_and_acronyms_match() -> None:
-    assert same_question("How do I delete a docker volume?", "How do I remove a docker volume?")
-    assert same_question("How do I copy a dict in Python?", "How do I copy a dictionary in Python?")
-    assert same_question("Does the app support SSO?", "Does the app support single sign-on?")
-    assert same_question("How far is 10 km in miles?", "How far is 10 kilometers in miles?")
-
-
-def test_analysis_is_plain_data() -> None:
-    a = analyze("Didn't the 2nd update (v2.1) break `pip install` in Python 3.11?")
-    assert a.negations == 1
-    assert 2.0 in a.numbers and 3.11 in a.numbers
-    assert "pip install" in a.entities and "python" in a.entities
+def test_normalizations_are_accepted(asked: str, stored: str) -> None:
+    assert same_question(asked, stored), (normal_form(asked), normal_form(stored))
 
 
 @pytest.mark.parametrize(
-    ("same", "other", "reason"),
+    ("asked", "stored", "why"),
     [
-        (
-            ("How do I delete every branch in git?", "How do I delete all branches in git?"),
-            ("How do I delete one branch in git?", "How do I delete all branches in git?"),
-            "scope",
-        ),
-        (
-            ("What movies are playing this Friday?", "Which films are playing this Friday?"),
-            ("What movies are playing this Friday?", "What movies are playing next Friday?"),
-            "time",
-        ),
-        (
-            ("Who was the CEO of Apple in 2010?", "Who was Apple's CEO in 2010?"),
-            ("Who was the CEO of Apple in 2010?", "Who will be the CEO of Apple in 2010?"),
-            "time",
-        ),
-        (
-            ("Who founded Tesla?", "Tesla was founded by whom?"),
-            ("Who founded Tesla?", "When was Tesla founded?"),
-            "question",
-        ),
-        (
-            ("Can I bring a laptop on the plane?", "Is it possible to bring a notebook on the plane?"),
-            ("Can I bring a laptop on the plane?", "Must I bring a laptop on the plane?"),
-            "modality",
-        ),
+        # the categories a blacklist (v2) let through on a blind set
+        ("How do I delete a file in git?", "How do I delete files in git?", "words"),  # singular / plural
+        ("How do I delete a file?", "How do I delete all files?", "words"),
+        ("Who wrote the report?", "Who was the report written by?", "words"),  # active / passive
+        ("What is the shipping cost?", "What is the cost?", "added"),  # an added qualifier
+        ("How do I convert a list into a string?", "How do I convert a string into a list?", "order"),
+        ("How do I mock a class in pytest?", "How do I mock a class in unittest?", "words"),
+        # what a blacklist listed: still rejected
+        ("How many minutes are in 3 hours?", "How many minutes are in 4 hours?", "numbers"),
+        ("Which fruits contain vitamin K?", "Which fruits don't contain vitamin K?", "added"),
+        ("How do I enable notifications?", "How do I disable notifications?", "words"),
+        ("How do I convert kilograms to pounds?", "How do I convert pounds to kilograms?", "order"),
+        ("capital of peru", "capital of chile", "words"),
+        ("Is the store open today?", "Is the store open tomorrow?", "words"),
+        # frame words that do change the question
+        ("How do I pause my plan?", "Can I pause my plan?", "words"),
+        ("How do I reset my password?", "How do I reset your password?", "words"),
+        ("What is the fastest way to sort a list?", "How do I sort a list?", "words"),
+        # near synonyms are not in the table
+        ("What is the price of the Pro plan?", "What is the cost of the Pro plan?", "words"),
+        ("Why do I get an error on startup?", "Why do I get a warning on startup?", "words"),
+        # symbols carry meaning
+        ("What does [] mean in Python?", "What does {} mean in Python?", "words"),
+        ("Solve 3y - 4 = 11", "Solve 3y + 4 = 11", "words"),
+        # greetings only at the start, before the question
+        ("hello world in rust", "world in rust", "added"),
+        ("hi", "thanks", "empty"),
     ],
 )
-def test_tags_of_one_kind_must_agree(same: tuple[str, str], other: tuple[str, str], reason: str) -> None:
-    assert same_question(*same)
-    assert why_different(*other) == reason
+def test_differences_are_rejected(asked: str, stored: str, why: str) -> None:
+    assert why_different(asked, stored) == why
+    assert not same_question(stored, asked)
 
 
-def test_relative_wh_word_is_not_a_question_word() -> None:
-    assert same_question(
-        "Which SQL query finds users who never logged in?", "SQL query: users never logged in"
+def test_metalinguistic_questions_keep_their_words() -> None:
+    """A question about a word: mapping it to a synonym or a digit would change what is asked."""
+    assert not same_question("What does 'purchase' mean?", "What does 'buy' mean?")
+    assert not same_question("How do you spell five?", "How do you spell 5?")
+    assert not same_question("Translate thanks into French", "Translate please into French")
+    assert same_question("What does 'purchase' mean?", "what does 'purchase' mean")
+
+
+def test_capitalized_words_are_not_mapped() -> None:
+    """SQL's ALTER / MODIFY / CHANGE are distinct keywords, not synonyms."""
+    assert not same_question("When do I use MODIFY COLUMN?", "When do I use ALTER COLUMN?")
+    assert same_question("how do i modify my profile", "how do I change my profile")
+
+
+def test_one_is_a_number_on_both_sides() -> None:
+    assert same_question("Which one should I pick?", "Which 1 should I pick?")
+    assert (
+        why_different("Can one license cover 2 computers?", "Can 2 licenses cover 2 computers?") == "numbers"
     )
 
 
-def test_prefix_negation_and_particles_are_opposites() -> None:
-    assert why_different("Is this function non-blocking?", "Is this function blocking?") == "negation"
-    assert why_different("Is a list mutable in Python?", "Is a list immutable in Python?") == "antonym"
-    assert why_different("How do I lock my screen?", "How do I unlock my screen?") == "antonym"
-    assert why_different("How do I switch on bluetooth?", "How do I switch off bluetooth?") == "antonym"
-    assert why_different("How do I log in to the portal?", "How do I log out of the portal?") == "antonym"
-
-
-def test_unmarked_role_swap() -> None:
-    assert why_different("How many ounces is 3 grams?", "How many grams is 3 ounces?") == "direction"
-    assert same_question(
-        "What is the difference between cats and dogs?", "What is the difference between dogs and cats?"
+def test_normal_form_is_the_content() -> None:
+    assert normal_form("Hi! Can you please tell me how I can reset my router? Thanks :)") == (
+        "how",
+        "do",
+        "i",
+        "reset",
+        "my",
+        "router",
     )
-
-
-def test_synonym_groups_and_phrases() -> None:
-    assert same_question("How do I get a refund?", "How do I get my money back?")
-    assert same_question("How do I turn on two-factor authentication?", "How do I enable 2FA?")
-    assert same_question("How do I buy a gift card?", "How do I purchase a gift card?")
-    # Opposition carries over to synonyms: "drop" is a "remove", the opposite of "add".
-    assert why_different("How do I add a column?", "How do I drop a column?") == "antonym"
+    assert normal_form("") == ()
