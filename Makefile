@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 PORT   ?= 8080
 FUZZ_EXAMPLES ?= 200
 
-.PHONY: install run test check lint typecheck unit integration e2e fuzz bench-overhead bench-observe bench-pools router-encoder bench-router k8s-tools helm-check redis-stack bench-cache semantic-threshold peers-tools bench-peers bench-knee bench-capacity clean
+.PHONY: install run test check lint typecheck unit integration e2e fuzz bench-overhead bench-observe bench-pools router-encoder bench-router k8s-tools helm-check redis-stack bench-cache semantic-threshold peers-tools bench-peers bench-knee bench-capacity bench-soak clean
 
 $(STAMP): pyproject.toml eval/routing/export_encoder.py
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) on PATH"; exit 1; }
@@ -113,6 +113,12 @@ bench-knee: $(STAMP)
 bench-capacity: $(STAMP)
 	nice $(BIN)/llmgw bench capacity eval/workloads/capacity.yaml --profile eval/workloads/capacity-sim.yaml \
 		--replicas 1,2 --out bench-results/capacity $(BENCH_ARGS)
+
+## bench-soak: gateway RSS under max sustained load (wrk c32, unary/stream alternating) for 10 min: issue 9's
+## < 5 % growth after minute 1 and <= 300 MB per worker -> bench-results/soak-<time>.{json,png} (~11 min)
+bench-soak: $(STAMP)
+	@command -v wrk >/dev/null 2>&1 || { echo "bench-soak needs wrk (apt-get install -y wrk)"; exit 1; }
+	$(BIN)/python -m eval.peers.soak $(BENCH_ARGS)
 
 K8S_TOOLS := .tools/bin/.installed
 $(K8S_TOOLS): scripts/install-k8s-tools

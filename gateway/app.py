@@ -41,6 +41,7 @@ from gateway.errors import (
     UpstreamUnavailableError,
 )
 from gateway.exchange import Receive, RequestHeaders, RequestIds, Scope, Send, send_error
+from gateway.h1 import H1Client
 from gateway.hosted import HostedBridge
 from gateway.metrics import Metrics, PoolsCollector
 from gateway.normalize import Kind
@@ -142,6 +143,7 @@ class GatewayApp:
             p.name: PoolClient.build(p, hosted_base=bridge.base if bridge else "") for p in self.policy.pools
         }
         session = new_session(self.settings.upstream_pool_size)
+        h1 = H1Client() if self.settings.upstream_client == "h1" else None
         control = httpx.AsyncClient(timeout=5.0)  # scraping and discovery (control plane)
         for name, pool in pools.items():
             pool.replicas.on_wait = parts.metrics.queue_wait.labels(name).observe
@@ -162,6 +164,7 @@ class GatewayApp:
             self.routed,
             self.observer,
             self.cache,
+            h1,
         )
         self.runtime = _Runtime(relay, parts.metrics)
         renewer = asyncio.create_task(parts.admissions.renew_forever())
@@ -188,6 +191,8 @@ class GatewayApp:
                 await self.cache.close()
             await parts.close()
             await session.close()
+            if h1 is not None:
+                h1.close()
             provider = getattr(self.tracing, "provider", None)  # gateway.otel.Tracing's SDK provider
             if provider is not None:
                 # Export what is still batched (bounded by the exporter's timeout), off the loop.

@@ -14,11 +14,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 import aiohttp
 
 from gateway.errors import GatewayError, UpstreamError, UpstreamTimeoutError, from_upstream
+from gateway.h1 import H1Client, H1Error
 from gateway.metrics import Metrics
 from gateway.normalize import Kind
 from gateway.sse import SSESplitter
@@ -27,7 +28,7 @@ from gateway.upstream import PATHS, RETRY_STATUSES, PoolClient, classify, no_cap
 from pools.pool import NoCapacity
 from pools.replica import Replica
 
-UPSTREAM_FAILURES = (aiohttp.ClientError, asyncio.TimeoutError, OSError)
+UPSTREAM_FAILURES = (aiohttp.ClientError, H1Error, asyncio.TimeoutError, OSError)
 # Failures after which the request may go to another replica.
 _RETRY_KINDS = frozenset({"connect", "disconnect", "client_error"})
 _T = TypeVar("_T")
@@ -44,21 +45,38 @@ class _Failed(Exception):
         self.verdict = verdict
 
 
+class Upstream(Protocol):
+    """An open upstream response, either client's: `release` reuses a finished connection, `close`
+    drops it (how vLLM learns the reader left)."""
+
+    def release(self) -> object: ...
+
+    def close(self) -> object: ...
+
+
 @dataclass(slots=True)
 class OpenStream:
-    """A stream whose first event is in hand; the caller relays the rest and releases `replica`."""
+    """A stream whose first event is in hand; the caller relays the rest (`read` returns b"" at the
+    end) and releases `replica`."""
 
     replica: Replica
-    resp: aiohttp.ClientResponse
+    resp: Upstream
+    read: Callable[[], Awaitable[bytes]]
     first: bytes
     splitter: SSESplitter
 
 
 class PoolCalls:
     def __init__(
-        self, session: aiohttp.ClientSession, metrics: Metrics, tracing: TraceHooks | None = None
+        self,
+        session: aiohttp.ClientSession,
+        metrics: Metrics,
+        tracing: TraceHooks | None = None,
+        h1: H1Client | None = None,
     ) -> None:
         self._session = session
+        # Plain-HTTP replicas go through the lean client (gateway.h1); TLS ones through aiohttp.
+        self._h1 = h1
         self._metrics = metrics
         self._tracing: TraceHooks = tracing or NoTracing()
 
@@ -169,6 +187,22 @@ class PoolCalls:
     async def _unary_attempt(
         self, pool: PoolClient, kind: Kind, payload: bytes, headers: dict[str, str], replica: Replica
     ) -> bytes:
+        h1 = self._h1
+        if h1 is not None and replica.plain_http:
+            t = pool.config.timeouts
+            try:
+                r = await h1.post(
+                    replica.base, PATHS[kind], payload, headers, connect_s=t.connect_s, total_s=t.total_s
+                )
+                try:
+                    data = await r.read()
+                finally:
+                    r.release()
+            except UPSTREAM_FAILURES as exc:
+                raise self._failed(pool, exc) from None
+            if r.status != 200:
+                raise self._refused(pool, r.status, data, r.header(b"retry-after"))
+            return data
         try:
             async with self._session.post(
                 replica.url(PATHS[kind]), data=payload, headers=headers, timeout=pool.timeout
@@ -193,19 +227,36 @@ class PoolCalls:
     ) -> OpenStream:
         cfg = pool.config
         splitter = SSESplitter(strip_usage=strip[0], strip_continuous=strip[1])
-        resp: aiohttp.ClientResponse | None = None
+        resp: Upstream | None = None
+        h1 = self._h1
         try:
             try:
                 async with asyncio.timeout(cfg.timeouts.first_token_s):
-                    resp = await self._session.post(
-                        replica.url(PATHS[kind]), data=payload, headers=headers, timeout=pool.timeout
-                    )
-                    if resp.status != 200:
-                        data = await resp.read()
-                        raise self._refused(pool, resp.status, data, resp.headers.get("retry-after"))
+                    read: Callable[[], Awaitable[bytes]]
+                    if h1 is not None and replica.plain_http:
+                        t = cfg.timeouts
+                        r = await h1.post(
+                            replica.base,
+                            PATHS[kind],
+                            payload,
+                            headers,
+                            connect_s=t.connect_s,
+                            total_s=t.total_s,
+                        )
+                        resp, read = r, r.readany
+                        if r.status != 200:
+                            raise self._refused(pool, r.status, await r.read(), r.header(b"retry-after"))
+                    else:
+                        a = await self._session.post(
+                            replica.url(PATHS[kind]), data=payload, headers=headers, timeout=pool.timeout
+                        )
+                        resp, read = a, a.content.readany
+                        if a.status != 200:
+                            data = await a.read()
+                            raise self._refused(pool, a.status, data, a.headers.get("retry-after"))
                     first = b""
                     while not first:
-                        chunk = await resp.content.readany()
+                        chunk = await read()
                         if not chunk:
                             break
                         first, _ = splitter.feed(chunk)
@@ -230,4 +281,4 @@ class PoolCalls:
             if resp is not None:
                 resp.close()
             raise
-        return OpenStream(replica, resp, first, splitter)
+        return OpenStream(replica, resp, read, first, splitter)

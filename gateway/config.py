@@ -146,7 +146,7 @@ class SemanticCache(_Frozen):
 
     enabled: bool = False
     min_similarity: float = Field(
-        0.73,
+        0.5,
         gt=0,
         le=1,
         description="cosine similarity of the last user turn's embedding for a hit "

@@ -27,7 +27,7 @@ from cache.entry import assemble, replay, usage_of
 from gateway.admission import Admissions, Ticket
 from gateway.auth import Authenticator
 from gateway.caching import BYPASS, MISS, Lookup, ResponseCache
-from gateway.calls import UPSTREAM_FAILURES, PoolCalls
+from gateway.calls import UPSTREAM_FAILURES, PoolCalls, Upstream
 from gateway.cascade_run import CascadeRunner, Decided
 from gateway.config import CACHE_POOL, Policy
 from gateway.errors import (
@@ -50,6 +50,7 @@ from gateway.exchange import (
     Send,
     send_error,
 )
+from gateway.h1 import H1Client
 from gateway.metrics import Metrics
 from gateway.normalize import Kind, alias_of, estimate_input_tokens, parse_body, prepare
 from gateway.observe import Observer
@@ -90,6 +91,7 @@ class Relay:
         routed: dict[str, RoutedAlias] | None = None,
         observer: Observer | None = None,
         cache: ResponseCache | None = None,
+        h1: H1Client | None = None,
     ) -> None:
         self._routes = {
             m.name: Route(model=m, pool=pools[m.route.pool], metrics=metrics.by_alias[(m.name, m.route.pool)])
@@ -116,7 +118,7 @@ class Relay:
         self._ids = ids
         self.observer = observer or Observer(policy, metrics)
         self._trace = self.observer.tracing
-        self._calls = PoolCalls(session, metrics, self._trace)
+        self._calls = PoolCalls(session, metrics, self._trace, h1)
         self._cascades = CascadeRunner(metrics, self._call_unary, self._trace)
         self._cache = cache
 
@@ -467,7 +469,7 @@ class Relay:
         overhead = perf_counter() - t0
         topup = ticket.topping_up
         splitter = SSESplitter(strip_usage=not client_usage, strip_continuous=topup)
-        resp: aiohttp.ClientResponse | None = None
+        resp: Upstream | None = None
         replica: Replica | None = None
         verdict = "neutral"
         t_first = t_last = 0.0
@@ -475,6 +477,7 @@ class Relay:
             strip = (not client_usage, topup)
             opened = await self._calls.open_stream(pool, kind, payload, headers, strip, key, priority)
             replica, resp, first, splitter = opened.replica, opened.resp, opened.first, opened.splitter
+            read = opened.read
             t = perf_counter()
             await send(
                 {
@@ -504,7 +507,7 @@ class Relay:
                             # The budget refuses more: stop the pool, end the stream like max_tokens would.
                             tail = _length_tail(kind, splitter, client_usage, choices)
                             break
-                    chunk = await resp.content.readany()
+                    chunk = await read()
                     if not chunk:
                         break
                     t = perf_counter()

@@ -5,6 +5,8 @@ Policy lives in the YAML file (gateway.config); secrets and per-process knobs li
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -19,6 +21,11 @@ class Settings(BaseSettings):
     log_level: str = "info"
     max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024, description="larger request bodies get 413")
     upstream_pool_size: int = Field(1024, ge=1, description="max pooled connections per process")
+    upstream_client: Literal["h1", "aiohttp"] = Field(
+        "h1",
+        description="client for plain-HTTP replicas: h1 (the lean HTTP/1.1 client, gateway/h1.py) or "
+        "aiohttp (TLS replicas always use aiohttp)",
+    )
     gc_threshold: tuple[int, int, int] = Field(
         (20000, 10, 10), description="gc.set_threshold after start-up (see docs/design/003)"
     )

@@ -21,6 +21,7 @@ import httpx
 
 from gateway.config import Pool
 from gateway.errors import GatewayError, UpstreamError, UpstreamTimeoutError, UpstreamUnavailableError
+from gateway.h1 import BadResponse, ConnectFailed, Disconnected
 from gateway.hosted import replica_paths
 from gateway.normalize import Kind
 from pools.affinity import prefix_key
@@ -117,6 +118,14 @@ def no_capacity(exc: NoCapacity) -> GatewayError:
 
 def classify(exc: BaseException, pool: str) -> tuple[GatewayError, str]:
     """(error for the caller, metric kind) for a failure of the upstream client."""
+    if isinstance(exc, ConnectFailed):
+        return UpstreamUnavailableError(f"pool '{pool}' is unreachable: {exc}"), "connect"
+    if isinstance(exc, Disconnected):
+        return UpstreamError(
+            f"pool '{pool}' closed the connection before the answer was complete"
+        ), "disconnect"
+    if isinstance(exc, BadResponse):
+        return UpstreamError(f"pool '{pool}' sent a malformed HTTP response"), "client_error"
     if isinstance(exc, aiohttp.ClientConnectorError):
         return UpstreamUnavailableError(
             f"pool '{pool}' is unreachable: {exc.os_error.strerror or exc}"

@@ -40,11 +40,13 @@ class Replica:
     picks: int = 0
     failures: int = 0
     scrape_failures: int = 0
+    plain_http: bool = False  # http:// (not TLS): the relay's lean HTTP/1.1 client may call it
     _urls: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.base = self.base.rstrip("/")
         self.salt = salt_of(self.base)
+        self.plain_http = self.base.startswith("http://")
 
     def url(self, path: str) -> str:
         url = self._urls.get(path)

@@ -1,0 +1,382 @@
+"""A lean HTTP/1.1 client for the relay's calls to plain-HTTP replicas (vLLM pods in the cluster).
+
+Why not aiohttp for these: profiled at concurrency 32 on one core (docs/performance.md), aiohttp's
+client was 30 % of the gateway's CPU per request: request and response objects, header multidicts,
+timer contexts, its stream reader. A relay needs none of it: it POSTs bytes it already has, reads a
+status, a few headers and the body (whole, or chunk by chunk for SSE). This client is one asyncio
+Protocol per connection with httptools (the C parser uvicorn already uses) decoding the response,
+chunked transfer encoding included, and a keep-alive pool per replica. It is used for `http://`
+replicas only; TLS upstreams (hosted APIs) keep aiohttp.
+
+Behaviour the relay relies on:
+- `close()` on a response drops the connection: that is how vLLM learns the client left and aborts the
+  request (frees its KV cache). `release()` returns a fully read connection to the pool.
+- A connection reused from the pool that the server had closed while idle fails before any byte of
+  the response: the request is sent again once on a new connection (nothing was processed).
+- Failures are `H1Error` subclasses: `ConnectFailed` (could not connect), `Disconnected` (the
+  connection ended before the response was complete), `BadResponse` (unparseable); timeouts are
+  `TimeoutError`. `gateway.upstream.classify` maps them like aiohttp's.
+- `total_s` bounds the whole exchange: when it expires the connection is closed and any read raises
+  `TimeoutError`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from typing import cast
+from urllib.parse import urlsplit
+
+import httptools
+
+_HIGH_WATER = 1 << 20  # response bytes buffered unread before reading from the socket pauses
+
+
+class H1Error(Exception):
+    """A failure of the upstream exchange (not an HTTP error status: those are responses)."""
+
+
+class ConnectFailed(H1Error):
+    def __init__(self, host: str, port: int, error: OSError | TimeoutError) -> None:
+        reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error) or "timeout"
+        super().__init__(f"cannot connect to {host}:{port}: {reason}")
+        self.error = error
+
+
+class Disconnected(H1Error):
+    """The server closed the connection before the response was complete."""
+
+
+class BadResponse(H1Error):
+    """The server's bytes are not an HTTP/1.1 response."""
+
+
+class Response:
+    """One response: `status` and `headers` once `H1Client.post` returns; the body by `read` or
+    `readany`. Exactly one of `release` / `close` ends it."""
+
+    __slots__ = ("status", "headers", "_conn", "_chunks", "_size", "_complete", "_error", "_waiter", "_timer")
+
+    def __init__(self, conn: _Conn) -> None:
+        self.status = 0
+        self.headers: dict[bytes, bytes] = {}
+        self._conn: _Conn | None = conn
+        self._chunks: list[bytes] = []
+        self._size = 0
+        self._complete = False
+        self._error: BaseException | None = None
+        self._waiter: asyncio.Future[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None
+
+    def header(self, name: bytes) -> str | None:
+        value = self.headers.get(name)
+        return value.decode("latin-1") if value is not None else None
+
+    @property
+    def complete(self) -> bool:
+        return self._complete
+
+    # -- fed by the connection ---------------------------------------------------------------
+    def _wake(self) -> None:
+        w = self._waiter
+        if w is not None and not w.done():
+            w.set_result(None)
+
+    def _feed(self, body: bytes) -> None:
+        self._chunks.append(body)
+        self._size += len(body)
+        if self._size > _HIGH_WATER and self._conn is not None:
+            self._conn.pause()
+        self._wake()
+
+    def _finish(self) -> None:
+        self._complete = True
+        self._wake()
+
+    def _fail(self, error: BaseException) -> None:
+        if self._error is None and not self._complete:
+            self._error = error
+        self._wake()
+
+    # -- read by the caller ------------------------------------------------------------------
+    async def _wait(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._waiter = loop.create_future()
+        try:
+            await self._waiter
+        finally:
+            self._waiter = None
+
+    async def readany(self) -> bytes:
+        """What has arrived since the last call (waiting for something); b"" once the body is done."""
+        while not self._chunks:
+            if self._complete:
+                return b""
+            if self._error is not None:
+                raise self._error
+            await self._wait()
+        out = self._chunks[0] if len(self._chunks) == 1 else b"".join(self._chunks)
+        self._chunks.clear()
+        self._size = 0
+        if self._conn is not None:
+            self._conn.resume()
+        return out
+
+    async def read(self) -> bytes:
+        """The whole body."""
+        while not self._complete:
+            if self._error is not None:
+                raise self._error
+            await self._wait()
+        out = self._chunks[0] if len(self._chunks) == 1 else b"".join(self._chunks)
+        self._chunks.clear()
+        return out
+
+    def release(self) -> None:
+        """Done reading: a complete response gives its connection back for reuse, else closes it."""
+        conn, self._conn = self._conn, None
+        self._cancel_timer()
+        if conn is not None:
+            if self._complete and self._error is None:
+                conn.reusable()
+            else:
+                conn.close()
+
+    def close(self) -> None:
+        """Drop the connection (the server sees the client leave and stops working on the request)."""
+        conn, self._conn = self._conn, None
+        self._cancel_timer()
+        if conn is not None:
+            conn.close()
+
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _expire(self) -> None:
+        self._timer = None
+        conn, self._conn = self._conn, None
+        error = TimeoutError("the upstream exchange exceeded its total timeout")
+        if conn is not None:
+            conn._abort(error)  # wakes a caller waiting for headers or body with the timeout
+        else:
+            self._fail(error)
+
+
+class _Conn(asyncio.Protocol):
+    """One keep-alive connection; at most one exchange at a time."""
+
+    def __init__(self, pool: _HostPool) -> None:
+        self._pool = pool
+        self.transport: asyncio.Transport | None = None
+        self.parser = httptools.HttpResponseParser(self)
+        self.resp: Response | None = None
+        self.closed = False
+        self.received = False  # any byte of the current exchange arrived
+        self.keep_alive = True
+        self.paused = False
+        self.headers_done: asyncio.Future[None] | None = None
+
+    # -- asyncio.Protocol --------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's TCPTransport is not an asyncio.Transport subclass; it has the same methods.
+        self.transport = cast(asyncio.Transport, transport)
+
+    def data_received(self, data: bytes) -> None:
+        self.received = True
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            self._abort(BadResponse(f"malformed response: {exc}"))
+
+    def eof_received(self) -> bool | None:
+        return None  # close the transport; connection_lost follows
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self._pool.forget(self)
+        self._abort(Disconnected("the upstream closed the connection before the response was complete"))
+
+    # -- httptools callbacks -----------------------------------------------------------------
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if self.resp is not None:
+            self.resp.headers[name.lower()] = value
+
+    def on_headers_complete(self) -> None:
+        resp = self.resp
+        if resp is None:
+            return
+        resp.status = self.parser.get_status_code()
+        self.keep_alive = self.parser.should_keep_alive()
+        if self.headers_done is not None and not self.headers_done.done():
+            self.headers_done.set_result(None)
+
+    def on_body(self, body: bytes) -> None:
+        if self.resp is not None:
+            self.resp._feed(body)
+
+    def on_message_complete(self) -> None:
+        if self.resp is not None:
+            self.resp._finish()
+
+    # -- used by the client and the response --------------------------------------------------
+    def _abort(self, error: BaseException) -> None:
+        if self.headers_done is not None and not self.headers_done.done():
+            self.headers_done.set_exception(error)
+            self.headers_done.exception()  # retrieved: no "never retrieved" warning if nobody waits
+        if self.resp is not None:
+            self.resp._fail(error)
+        self.close()
+
+    def pause(self) -> None:
+        if not self.paused and self.transport is not None:
+            self.paused = True
+            self.transport.pause_reading()
+
+    def resume(self) -> None:
+        if self.paused and self.transport is not None and not self.closed:
+            self.paused = False
+            self.transport.resume_reading()
+
+    def reusable(self) -> None:
+        self.resp = None
+        self.headers_done = None
+        if self.keep_alive and not self.closed:
+            self.resume()
+            self.parser = httptools.HttpResponseParser(self)
+            self._pool.put(self)
+        else:
+            self.close()
+
+    def close(self) -> None:
+        if self.transport is not None and not self.closed:
+            self.closed = True
+            self.transport.close()
+            self._pool.forget(self)
+
+
+class _HostPool:
+    """Idle keep-alive connections to one host:port (most recently used first: warm sockets)."""
+
+    def __init__(self, host: str, port: int, max_idle: int) -> None:
+        self.host = host
+        self.port = port
+        self.idle: deque[_Conn] = deque()
+        self.max_idle = max_idle
+
+    def get(self) -> _Conn | None:
+        while self.idle:
+            conn = self.idle.pop()
+            if not conn.closed:
+                return conn
+        return None
+
+    def put(self, conn: _Conn) -> None:
+        if len(self.idle) >= self.max_idle:
+            conn.close()
+            return
+        self.idle.append(conn)
+
+    def forget(self, conn: _Conn) -> None:
+        try:
+            self.idle.remove(conn)
+        except ValueError:
+            pass
+
+    def close(self) -> None:
+        while self.idle:
+            self.idle.pop().close()
+
+
+class H1Client:
+    """POSTs over pooled keep-alive connections, one pool per replica base URL."""
+
+    def __init__(self, max_idle_per_host: int = 256) -> None:
+        self._pools: dict[str, tuple[_HostPool, bytes]] = {}
+        self._max_idle = max_idle_per_host
+
+    @staticmethod
+    def supports(base: str) -> bool:
+        return base.startswith("http://")
+
+    def _pool(self, base: str) -> tuple[_HostPool, bytes]:
+        entry = self._pools.get(base)
+        if entry is None:
+            u = urlsplit(base)
+            host, port = u.hostname or "127.0.0.1", u.port or 80
+            prefix = u.path.rstrip("/").encode()
+            entry = self._pools[base] = (_HostPool(host, port, self._max_idle), prefix)
+        return entry
+
+    async def _connect(self, pool: _HostPool, connect_s: float) -> _Conn:
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(connect_s):
+                transport, conn = await loop.create_connection(lambda: _Conn(pool), pool.host, pool.port)
+        except (OSError, TimeoutError) as exc:
+            raise ConnectFailed(pool.host, pool.port, exc) from None
+        if conn.transport is None:
+            conn.connection_made(transport)  # uvloop may call it only after create_connection returns
+        return conn
+
+    async def post(
+        self,
+        base: str,
+        path: str,
+        body: bytes,
+        headers: dict[str, str],
+        *,
+        connect_s: float,
+        total_s: float,
+    ) -> Response:
+        """Send the request and wait for the response's status and headers (not its body)."""
+        pool, prefix = self._pool(base)
+        head = [
+            b"POST ",
+            prefix,
+            path.encode(),
+            b" HTTP/1.1\r\nhost: ",
+            pool.host.encode(),
+            b"\r\ncontent-length: ",
+            str(len(body)).encode(),
+            b"\r\n",
+        ]
+        for name, value in headers.items():
+            head += (name.encode("latin-1"), b": ", value.encode("latin-1"), b"\r\n")
+        head.append(b"\r\n")
+        request = b"".join(head) + body
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + total_s
+        for _attempt in range(2):
+            conn = pool.get()
+            reused = conn is not None
+            if conn is None:
+                conn = await self._connect(pool, min(connect_s, max(0.001, deadline - loop.time())))
+            resp = Response(conn)
+            conn.resp = resp
+            conn.received = False
+            conn.headers_done = loop.create_future()
+            assert conn.transport is not None
+            conn.transport.write(request)
+            resp._timer = loop.call_at(deadline, resp._expire)
+            try:
+                await conn.headers_done
+            except Disconnected:
+                resp.close()
+                if reused and not conn.received:
+                    continue  # the server had closed this idle connection: send again, on a new one
+                raise
+            except BaseException:
+                resp.close()
+                raise
+            if resp._error is not None:  # e.g. the total timeout fired
+                resp.close()
+                raise resp._error
+            return resp
+        raise Disconnected("the upstream closed the connection before answering")  # pragma: no cover
+
+    def close(self) -> None:
+        for pool, _ in self._pools.values():
+            pool.close()
+        self._pools.clear()

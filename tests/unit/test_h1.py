@@ -1,0 +1,176 @@
+"""The lean HTTP/1.1 client against small in-process servers that misbehave on purpose."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+import pytest
+
+from gateway.h1 import BadResponse, ConnectFailed, Disconnected, H1Client
+
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+async def _read_request(reader: asyncio.StreamReader) -> bytes:
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n"):
+        if line.lower().startswith(b"content-length:"):
+            length = int(line.split(b":", 1)[1])
+    body = await reader.readexactly(length) if length else b""
+    return head + body
+
+
+async def _serve(handler: Handler) -> tuple[asyncio.Server, str]:
+    server = await asyncio.start_server(handler, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    return server, f"http://127.0.0.1:{port}"
+
+
+def _ok(body: bytes, extra: bytes = b"") -> bytes:
+    return b"HTTP/1.1 200 OK\r\ncontent-length: " + str(len(body)).encode() + b"\r\n" + extra + b"\r\n" + body
+
+
+async def test_keep_alive_reuses_one_connection_and_sends_what_it_is_given() -> None:
+    connections = 0
+    seen: list[bytes] = []
+
+    async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        nonlocal connections
+        connections += 1
+        while True:
+            try:
+                seen.append(await _read_request(r))
+            except asyncio.IncompleteReadError:
+                break
+            w.write(_ok(b'{"ok":true}', b"retry-after: 3\r\n"))
+            await w.drain()
+        w.close()
+
+    server, base = await _serve(handler)
+    client = H1Client()
+    for _ in range(3):
+        resp = await client.post(
+            base + "/prefix", "/v1/chat/completions", b"{}", {"x-request-id": "r1"}, connect_s=1, total_s=5
+        )
+        assert resp.status == 200 and resp.header(b"retry-after") == "3"
+        assert await resp.read() == b'{"ok":true}'
+        resp.release()
+    assert connections == 1
+    assert seen[0].startswith(b"POST /prefix/v1/chat/completions HTTP/1.1\r\n")
+    assert b"x-request-id: r1\r\n" in seen[0] and seen[0].endswith(b"\r\n\r\n{}")
+    client.close()
+    server.close()
+
+
+async def test_chunked_stream_is_read_piece_by_piece() -> None:
+    release = asyncio.Event()
+
+    async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        await _read_request(r)
+        w.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ncontent-type: text/event-stream\r\n\r\n")
+        w.write(b"6\r\ndata: \r\n")
+        await w.drain()
+        await release.wait()
+        w.write(b"4\r\nabc\n\r\n0\r\n\r\n")
+        await w.drain()
+
+    server, base = await _serve(handler)
+    client = H1Client()
+    resp = await client.post(base, "/s", b"", {}, connect_s=1, total_s=5)
+    assert resp.header(b"content-type") == "text/event-stream"
+    assert await resp.readany() == b"data: "
+    release.set()
+    rest = b""
+    while chunk := await resp.readany():
+        rest += chunk
+    assert rest == b"abc\n" and resp.complete
+    resp.release()
+    client.close()
+    server.close()
+
+
+async def test_a_stale_idle_connection_is_replaced_transparently() -> None:
+    calls = 0
+
+    async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        nonlocal calls
+        await _read_request(r)
+        calls += 1
+        w.write(_ok(b"x"))
+        await w.drain()
+        w.close()  # keep-alive promised (HTTP/1.1 default), then closed while idle
+
+    server, base = await _serve(handler)
+    client = H1Client()
+    for _ in range(2):
+        resp = await client.post(base, "/p", b"", {}, connect_s=1, total_s=5)
+        assert await resp.read() == b"x"
+        resp.release()
+        await asyncio.sleep(0.05)  # let the close arrive
+    assert calls == 2
+    client.close()
+    server.close()
+
+
+async def test_failures_are_typed() -> None:
+    async def early_close(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        await _read_request(r)
+        w.write(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\npartial")
+        await w.drain()
+        w.close()
+
+    async def garbage(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        await _read_request(r)
+        w.write(b"this is not http\r\n\r\n")
+        await w.drain()
+
+    async def silent(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        await _read_request(r)
+        await asyncio.sleep(5)
+
+    client = H1Client()
+    server, base = await _serve(early_close)
+    resp = await client.post(base, "/p", b"", {}, connect_s=1, total_s=5)
+    with pytest.raises(Disconnected):
+        await resp.read()
+    resp.close()
+    server.close()
+
+    server, base = await _serve(garbage)
+    with pytest.raises(BadResponse):
+        await client.post(base, "/p", b"", {}, connect_s=1, total_s=5)
+    server.close()
+
+    server, base = await _serve(silent)
+    with pytest.raises(TimeoutError):
+        await client.post(base, "/p", b"", {}, connect_s=1, total_s=0.2)
+    server.close()
+
+    server, base = await _serve(silent)
+    server.close()
+    await server.wait_closed()
+    with pytest.raises(ConnectFailed):
+        await client.post(base, "/p", b"", {}, connect_s=1, total_s=1)
+    client.close()
+
+
+async def test_close_drops_the_connection_so_the_server_sees_the_reader_leave() -> None:
+    gone = asyncio.Event()
+
+    async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        await _read_request(r)
+        w.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nfirst\r\n")
+        await w.drain()
+        await r.read()  # returns b"" when the client closes
+        gone.set()
+
+    server, base = await _serve(handler)
+    client = H1Client()
+    resp = await client.post(base, "/p", b"", {}, connect_s=1, total_s=5)
+    assert await resp.readany() == b"first"
+    resp.close()
+    await asyncio.wait_for(gone.wait(), 2)
+    client.close()
+    server.close()
