@@ -55,7 +55,10 @@ class Response:
     """One response: `status` and `headers` once `H1Client.post` returns; the body by `read` or
     `readany`. Exactly one of `release` / `close` ends it."""
 
-    __slots__ = ("status", "headers", "_conn", "_chunks", "_size", "_complete", "_error", "_waiter", "_timer")
+    __slots__ = (
+        "status", "headers", "_conn", "_chunks", "_size", "_complete", "_error", "_waiter", "_timer",
+        "_whole",
+    )  # fmt: skip
 
     def __init__(self, conn: _Conn) -> None:
         self.status = 0
@@ -67,6 +70,7 @@ class Response:
         self._error: BaseException | None = None
         self._waiter: asyncio.Future[None] | None = None
         self._timer: asyncio.TimerHandle | None = None
+        self._whole = False  # read() wants the whole body: never pause reading for it
 
     def header(self, name: bytes) -> str | None:
         value = self.headers.get(name)
@@ -85,7 +89,7 @@ class Response:
     def _feed(self, body: bytes) -> None:
         self._chunks.append(body)
         self._size += len(body)
-        if self._size > _HIGH_WATER and self._conn is not None:
+        if self._size > _HIGH_WATER and not self._whole and self._conn is not None:
             self._conn.pause()
         self._wake()
 
@@ -124,6 +128,9 @@ class Response:
 
     async def read(self) -> bytes:
         """The whole body."""
+        self._whole = True
+        if self._conn is not None:
+            self._conn.resume()
         while not self._complete:
             if self._error is not None:
                 raise self._error

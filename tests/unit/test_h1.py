@@ -174,3 +174,31 @@ async def test_close_drops_the_connection_so_the_server_sees_the_reader_leave() 
     await asyncio.wait_for(gone.wait(), 2)
     client.close()
     server.close()
+
+
+async def test_a_body_larger_than_the_read_buffer_is_read_whole_or_in_pieces() -> None:
+    big = b"x" * (3 << 20)
+
+    async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        while True:
+            try:
+                await _read_request(r)
+            except asyncio.IncompleteReadError:
+                break
+            w.write(_ok(big))
+            await w.drain()
+
+    server, base = await _serve(handler)
+    client = H1Client()
+    resp = await client.post(base, "/p", b"", {}, connect_s=1, total_s=10)
+    assert await resp.read() == big
+    resp.release()
+    resp = await client.post(base, "/p", b"", {}, connect_s=1, total_s=10)
+    got = b""
+    while chunk := await resp.readany():
+        got += chunk
+        await asyncio.sleep(0)  # a slow reader: the client pauses the socket past its high-water mark
+    assert got == big
+    resp.release()
+    client.close()
+    server.close()
