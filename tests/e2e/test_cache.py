@@ -11,8 +11,10 @@ budget but counts as a request.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import openai
@@ -23,10 +25,11 @@ from tests.support.procs import free_port, running, sim_args
 
 
 class Stack:
-    def __init__(self, base: str, keys: dict[str, str], metrics: str) -> None:
+    def __init__(self, base: str, keys: dict[str, str], metrics: str, log: Path) -> None:
         self.base = base
         self.keys = keys
         self.metrics_url = metrics
+        self.log = log
 
     def client(self, who: str = "a1") -> openai.OpenAI:
         return openai.OpenAI(base_url=self.base, api_key=self.keys[who], max_retries=0)
@@ -84,10 +87,13 @@ tenancy:
         running(
             ["serve", "--config", str(policy), "--port", str(gw_port)],
             f"http://127.0.0.1:{gw_port}/healthz",
+            env={"LLMGW_REQUEST_LOG": "true"},
             log=tmp / "gateway.log",
         ),
     ):
-        yield Stack(f"http://127.0.0.1:{gw_port}/v1", keys, f"http://127.0.0.1:{gw_port}/metrics")
+        yield Stack(
+            f"http://127.0.0.1:{gw_port}/v1", keys, f"http://127.0.0.1:{gw_port}/metrics", tmp / "gateway.log"
+        )
 
 
 def _q(text: str) -> list[dict[str, str]]:
@@ -233,3 +239,22 @@ def test_hits_are_counted_and_cost_no_tokens(stack: Stack) -> None:
     saved = stack.metric("llmgw_cache_saved_tokens_total", model="small", direction="output")
     assert saved == before_saved + r.json()["usage"]["completion_tokens"]
     assert stack.metric("llmgw_requests_total", model="small", pool="cache", code="200") >= 1
+
+
+def test_the_request_log_says_where_the_answer_came_from(stack: Stack) -> None:
+    body = {"model": "small", "messages": _q("logged cache status"), "temperature": 0}
+    first = stack.raw("a1", body)
+    time.sleep(0.2)
+    second = stack.raw("a1", body)
+    assert second.headers["x-llmgw-cache-status"] == "hit"
+    time.sleep(0.2)
+    records = {}
+    for line in stack.log.read_text().splitlines():
+        if line.startswith('{"ts"'):
+            rec = json.loads(line)
+            records[rec["request_id"]] = rec
+    miss, hit = records[first.headers["x-request-id"]], records[second.headers["x-request-id"]]
+    assert miss["cache"] == "miss" and miss["pool"] == "small" and miss["output_tokens"] > 0
+    # A hit: no pool did work, no tokens were used, the alias is still named.
+    assert hit["cache"] == "hit" and hit["pool"] == "cache" and hit["alias"] == "small"
+    assert hit["input_tokens"] == 0 and hit["output_tokens"] == 0
