@@ -88,7 +88,8 @@ def test_schema_refuses_bad_values(
         ),
         pytest.param(
             {"redis": {"mode": "none"}},
-            "redis.mode is none but config.limits.backend, config.tenancy.store or config.cache.backend is redis",
+            "redis.mode is none but config.limits.backend, config.tenancy.store or config.cache.backend "
+            "is redis",
             id="redis-none-but-policy-needs-it",
         ),
         pytest.param(
