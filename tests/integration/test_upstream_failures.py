@@ -29,8 +29,12 @@ MODES = [
 ]
 
 
-@pytest.fixture(scope="module")
-def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, list[Any]]]:
+# Both upstream clients: the lean one (plain-HTTP replicas, the default) and aiohttp (TLS replicas,
+# or LLMGW_UPSTREAM_CLIENT=aiohttp) must map every failure the same way.
+@pytest.fixture(scope="module", params=["h1", "aiohttp"])
+def gateway(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[tuple[str, list[Any]]]:
     up_port, gw_port, dead_port = free_port(), free_port(), free_port()
     tmp = tmp_path_factory.mktemp("failures")
     pools = {m: f"http://127.0.0.1:{up_port}/{m}" for m in MODES}
@@ -52,7 +56,8 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, lis
     cfg.write_text("\n".join(lines) + "\ntenancy: {auth: disabled}\n")
     with fake_upstream(up_port) as seen:
         args = ["serve", "--config", str(cfg), "--port", str(gw_port)]
-        with running(args, f"http://127.0.0.1:{gw_port}/healthz", log=tmp / "gateway.log"):
+        env = {"LLMGW_UPSTREAM_CLIENT": request.param}
+        with running(args, f"http://127.0.0.1:{gw_port}/healthz", env=env, log=tmp / "gateway.log"):
             yield f"http://127.0.0.1:{gw_port}", seen
 
 
