@@ -71,7 +71,7 @@ models:
   - {{name: chat, route: {{pool: mixed}}, max_tokens: {{default: 3, cap: 8}}, slo_class: interactive}}
   - {{name: down, route: {{pool: down}}, slo_class: interactive}}
   - {{name: cold, route: {{pool: cold}}}}
-  - {{name: plain, route: {{pool: cheap}}, max_tokens: {{default: 3, cap: 8}}}}
+  - {{name: plain, route: {{pool: cheap}}, max_tokens: {{default: 3, cap: 8}}, cache: {{ttl_s: 600}}}}
   - name: auto
     max_tokens: {{default: 4, cap: 8}}
     slo_class: batch
@@ -159,6 +159,14 @@ def _drive(gateway: str, keys: dict[str, str], prom: Prom) -> ObsStack:
     for alias in ("down", "down", "cold"):
         with pytest.raises(openai.APIStatusError):
             acme.chat.completions.create(model=alias, messages=[{"role": "user", "content": "x"}])
+    # The cache panels: a deterministic request twice (a miss, then a hit), from an org whose cost
+    # and accepted outputs no test counts.
+    globex = _client(gateway, keys["globex"])
+    for _ in range(2):
+        globex.chat.completions.create(
+            model="plain", messages=[{"role": "user", "content": "c"}], temperature=0
+        )
+        time.sleep(0.2)  # the write happens after the answer went out
     tiny = _client(gateway, keys["tiny"])
     with pytest.raises(openai.RateLimitError):
         for _ in range(3):
