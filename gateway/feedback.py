@@ -19,7 +19,7 @@ the same TTL) is the way to lift this; the contract of this module would not cha
 from __future__ import annotations
 
 import time
-from collections import OrderedDict
+from array import array
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -41,59 +41,73 @@ class Delivered:
     rated: bool
 
 
-_POOL_BITS = 16  # pool index in the low bits of an entry, delivery time (0.1 s ticks) above
+_POOL_BITS = 16  # pool index in the low bits of an entry, delivery time (0.1 s ticks, +1) above
 
 
 class FeedbackStore:
-    """Bounded, TTL'd record of delivered answers (one replica's memory).
+    """Bounded, TTL'd record of delivered answers (one replica's memory): a ring buffer.
 
-    Compact on purpose (~175 B an entry instead of ~320 B for tuples of strings): an entry is one
-    int key, the process-salted 64-bit hash of (org, request id), and one int value, the delivery
+    Every answer the gateway delivers is remembered, so this is on the hot path of every request.
+    Measured (docs/performance.md, memory soak): a dict of 50,000 entries replaced at 3,000 req/s cost
+    ~13 % of the gateway's throughput and grew its RSS by ~10 MB through allocator fragmentation
+    before it settled. The ring is two preallocated `array('q')` columns: remembering an answer
+    writes two machine integers and allocates nothing that outlives the call. A lookup (a tenant
+    posting feedback: rare) scans the key column in C (`array.index`, ~50 µs for 50,000 entries).
+
+    An entry: the process-salted 64-bit hash of (org, request id) and one int holding the delivery
     time in 0.1 s ticks and the pool's index. Two live entries colliding would take ~2^32 of them;
-    the 50,000 default makes it a ~1e-10 event, and it could only merge two answers' ratings.
+    the 50,000 default makes it a ~1e-10 event, and it could only merge two answers' ratings. A
+    client reusing its x-request-id gets the newest answer found; its rating starts afresh.
     """
 
     def __init__(self, ttl_s: float, max_entries: int, clock: Callable[[], float] = time.monotonic) -> None:
         self._ttl = ttl_s
-        self._max = max_entries
         self._clock = clock
-        self._entries: OrderedDict[int, int] = OrderedDict()
+        self._keys = array("q", bytes(8 * max_entries))
+        self._values = array("q", bytes(8 * max_entries))  # 0: an empty slot
+        self._next = 0
         self._rated: set[int] = set()
         self._pools: list[str] = []
         self._pool_ids: dict[str, int] = {}
 
     def __len__(self) -> int:
-        return len(self._entries)
+        """Live (unexpired) entries; a scan, for tests and diagnostics."""
+        cutoff = (self._clock() - self._ttl) * 10
+        return sum(1 for v in self._values if v and (v >> _POOL_BITS) - 1 >= cutoff)
 
     def remember(self, org: str, request_id: str, pool: str) -> None:
         pid = self._pool_ids.get(pool)
         if pid is None:
             pid = self._pool_ids[pool] = len(self._pools)
             self._pools.append(pool)
-        now = self._clock()
-        entries = self._entries
         key = hash((org, request_id))
-        if entries.pop(key, None) is not None:
-            self._rated.discard(key)  # a client reusing its x-request-id: the new answer replaces it
-        entries[key] = int(now * 10) << _POOL_BITS | pid
-        # Insertion order is age order: drop from the front while too many or too old.
-        oldest = now * 10 - self._ttl * 10
-        while entries:
-            first_key, first = next(iter(entries.items()))
-            if len(entries) <= self._max and first >> _POOL_BITS >= oldest:
-                break
-            entries.popitem(last=False)
-            self._rated.discard(first_key)
+        i = self._next
+        if self._rated:
+            if self._values[i]:
+                self._rated.discard(self._keys[i])  # the overwritten answer's verdict goes with it
+            self._rated.discard(key)  # a reused request id: the new answer is not rated yet
+        self._keys[i] = key
+        self._values[i] = (int(self._clock() * 10) + 1) << _POOL_BITS | pid
+        self._next = i + 1 if i + 1 < len(self._keys) else 0
 
     def find(self, org: str, request_id: str) -> Delivered | None:
         key = hash((org, request_id))
-        v = self._entries.get(key)
-        if v is None:
+        keys, values = self._keys, self._values
+        best = 0
+        i = 0
+        while True:
+            try:
+                i = keys.index(key, i)
+            except ValueError:
+                break
+            best = max(best, values[i])
+            i += 1
+        if not best:
             return None
-        at = (v >> _POOL_BITS) / 10
+        at = ((best >> _POOL_BITS) - 1) / 10
         if self._clock() - at > self._ttl:
             return None
-        return Delivered(self._pools[v & ((1 << _POOL_BITS) - 1)], at, key in self._rated)
+        return Delivered(self._pools[best & ((1 << _POOL_BITS) - 1)], at, key in self._rated)
 
     def mark_rated(self, org: str, request_id: str) -> None:
         self._rated.add(hash((org, request_id)))

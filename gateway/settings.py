@@ -38,7 +38,7 @@ class Settings(BaseSettings):
         3600.0, gt=0, description="how long an answer can be rated through POST /v1/feedback"
     )
     feedback_max_entries: int = Field(
-        50_000, ge=1, description="answers remembered for feedback (per process, ~175 B each)"
+        50_000, ge=1, description="answers remembered for feedback (per process, a ring of 16 B entries)"
     )
     request_log: bool = Field(False, description="one JSON line per request on stdout (llmgw.requests)")
     request_log_text: bool = Field(

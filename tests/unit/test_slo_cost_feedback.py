@@ -174,3 +174,20 @@ models:
     obs.finish(b"g", "chat", "chat", "gpu", _t("acme"), 200, False, 0.1, _ex(1_000_000, 1_000_000))
     text = generate_latest(metrics.registry).decode()
     assert metric(text, "llmgw_cost_usd_total", 'org="acme",pool="gpu"') == pytest.approx(2.2)
+
+
+def test_feedback_store_reused_ids_and_overwritten_verdicts() -> None:
+    now = [0.0]
+    store = FeedbackStore(ttl_s=100.0, max_entries=4, clock=lambda: now[0])
+    store.remember("acme", "same", "cheap")
+    store.mark_rated("acme", "same")
+    found = store.find("acme", "same")
+    assert found is not None and found.rated
+    now[0] = 1.0
+    store.remember("acme", "same", "strong")  # a client reusing its x-request-id
+    found = store.find("acme", "same")
+    assert found is not None and found.pool == "strong" and not found.rated and found.at == 1.0
+    for i in range(4):  # the ring wraps: both "same" entries are overwritten
+        store.remember("acme", f"n{i}", "cheap")
+    assert store.find("acme", "same") is None
+    assert len(store) == 4
