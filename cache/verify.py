@@ -70,223 +70,25 @@ import unicodedata
 from collections import Counter
 from typing import Final
 
-# ---------------------------------------------------------------------------------------------- tables
-
-
-def _pairs(spec: str) -> dict[str, str]:
-    """'a b c -> x' lines: each word on the left maps to the right-hand side."""
-    out: dict[str, str] = {}
-    for line in spec.strip().splitlines():
-        left, right = line.split("->")
-        for word in left.split():
-            out[word] = right.strip()
-    return out
-
-
-# Contractions written without the apostrophe (texting). Only forms that are not words themselves: "its",
-# "id", "ill", "lets", "were", "wed", "well", "shell", "hell", "wont" are left alone.
-_BARE_CONTRACTIONS: Final = _pairs(
-    """
-    whats -> what is
-    wheres -> where is
-    whos -> who is
-    hows -> how is
-    thats -> that is
-    theres -> there is
-    dont -> do not
-    doesnt -> does not
-    didnt -> did not
-    cant -> can not
-    isnt -> is not
-    arent -> are not
-    wasnt -> was not
-    werent -> were not
-    hasnt -> has not
-    havent -> have not
-    hadnt -> had not
-    shouldnt -> should not
-    couldnt -> could not
-    wouldnt -> would not
-    im -> i am
-    ive -> i have
-    youre -> you are
-    theyre -> they are
-    """
-)
-
-# 's is "is" after these; elsewhere it is a possessive and stays a token of its own.
-_IS_BEFORE_S: Final = frozenset("what where who how why when which it that there here he she this".split())
-
-# Texting forms with one reading in a question. Not "y" (the y axis), "2" / "4" (numbers), "cos".
-_TEXTING: Final = _pairs(
-    """
-    u -> you
-    ur -> your
-    r -> are
-    pls plz plse -> please
-    thx thanx thnx thnks ty -> thanks
-    wanna -> want to
-    gonna -> going to
-    abt -> about
-    """
-)
-
-# British -> American spellings (a spelling, never a meaning).
-_SPELLING: Final = _pairs(
-    """
-    colour -> color
-    colours -> colors
-    favourite -> favorite
-    behaviour -> behavior
-    centre -> center
-    metre -> meter
-    metres -> meters
-    litre -> liter
-    litres -> liters
-    centimetre -> centimeter
-    centimetres -> centimeters
-    kilometre -> kilometer
-    kilometres -> kilometers
-    millimetre -> millimeter
-    millimetres -> millimeters
-    organise -> organize
-    organised -> organized
-    optimise -> optimize
-    customise -> customize
-    analyse -> analyze
-    recognise -> recognize
-    realise -> realize
-    travelling -> traveling
-    travelled -> traveled
-    cancelled -> canceled
-    cancelling -> canceling
-    grey -> gray
-    licence -> license
-    defence -> defense
-    programme -> program
-    catalogue -> catalog
-    """
-)
-
-# TRUE synonyms: words that can replace each other in any sentence a user would type, so mapping one to
-# the other never merges two different questions. Near synonyms are NOT here (price / cost / fee, error /
-# warning, cancel / stop, fix / resolve, big / huge, app / application): a miss is cheaper than a lie.
-# The less common word maps to the more common one, whose extra senses ("get" = understand) the rare
-# word never takes, so a collision needs someone to write the rare word in a sense it does not have.
-_SYNONYMS: Final = _pairs(
-    """
-    purchase purchasing -> buy
-    purchased -> bought
-    obtain receive -> get
-    obtaining receiving -> getting
-    modify alter -> change
-    modifying altering -> changing
-    modified altered -> changed
-    delete erase -> remove
-    deleting erasing -> removing
-    deleted erased -> removed
-    begin commence -> start
-    beginning commencing -> starting
-    automobile -> car
-    automobiles -> cars
-    directory -> folder
-    directories -> folders
-    dict -> dictionary
-    dicts -> dictionaries
-    js -> javascript
-    golang -> go
-    postgres -> postgresql
-    k8s -> kubernetes
-    repo -> repository
-    repos -> repositories
-    config -> configuration
-    info -> information
-    sqrt -> square root
-    large -> big
-    largest -> biggest
-    larger -> bigger
-    difficult -> hard
-    perhaps -> maybe
-    anybody -> anyone
-    somebody -> someone
-    everybody -> everyone
-    approximately -> roughly
-    reply -> respond
-    photograph photo -> picture
-    photographs photos -> pictures
-    television tv -> television
-    sofa -> couch
-    physician -> doctor
-    mom mum -> mother
-    dad -> father
-    okay -> ok
-    """
-)
-
-# Unit abbreviations -> the word (singular: a plural after a number is made singular too).
-_UNITS_ABBR: Final = _pairs(
-    """
-    km kms -> kilometer
-    cm -> centimeter
-    mm -> millimeter
-    kg kgs -> kilogram
-    lb lbs -> pound
-    oz -> ounce
-    hr hrs -> hour
-    sec secs -> second
-    ft -> foot
-    feet -> foot
-    """
-)
-
-# Multi-word synonyms, matched on the token string (after numbers became digits).
-_PHRASES: Final = {
-    "money back": "refund",
-    **dict.fromkeys(("sign in", "signin", "login", "log on", "logon"), "log in"),
-    **dict.fromkeys(("sign out", "signout", "logout", "log off"), "log out"),
-    "signup": "sign up",
-    "e mail": "email",
-    "web site": "website",
-    "wi fi": "wifi",
-    "setup": "set up",
-    "backup": "back up",
-    **dict.fromkeys(("2 factor authentication", "2 factor auth", "2 fa"), "2fa"),
-    "per cent": "percent",
-}
-_PHRASE: Final = re.compile(
-    "(?<= )(?:" + "|".join(sorted(map(re.escape, _PHRASES), key=len, reverse=True)) + ")(?= )"
-)
-
-_UNITS: Final = {
-    w: i
-    for i, w in enumerate(
-        "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen "
-        "sixteen seventeen eighteen nineteen".split()
-    )
-}
-_TENS: Final = {
-    w: 10 * i for i, w in enumerate("twenty thirty forty fifty sixty seventy eighty ninety".split(), 2)
-}
-_SCALES: Final = {"hundred": 100, "thousand": 1000, "million": 1_000_000, "billion": 1_000_000_000}
-_NUMBER_WORDS: Final = frozenset([*_UNITS, *_TENS, *_SCALES])
-_DIGIT: Final = re.compile(r"\d")
-_ORDINAL_WORDS: Final = (
-    "first second third fourth fifth sixth seventh eighth ninth tenth eleventh twelfth thirteenth "
-    "fourteenth fifteenth sixteenth seventeenth eighteenth nineteenth twentieth".split()
-)
-
-_ARTICLES: Final = frozenset("a an the".split())
-# Hedges and intensifiers that never change what is asked ("what exactly is X", "is it really safe").
-_HEDGES: Final = frozenset("actually basically really exactly honestly".split())
-_BOUNDARY: Final = "|"
-
-# A question about words: any word mapping would change what is asked.
-_METALINGUISTIC: Final = frozenset(
-    """mean means meaning meanings define defined definition spell spelled spelling spelt translate
-    translated translation pronounce pronounced pronunciation synonym synonyms antonym antonyms say said
-    word words term phrase abbreviation acronym stand stands etymology rhyme rhymes letter letters
-    plural singular emoji keyword operator method function command flag statement clause attribute
-    property builtin directive macro""".split()
+from cache.lexicon import (
+    ARTICLES,
+    BARE_CONTRACTIONS,
+    BOUNDARY,
+    DIGIT,
+    HEDGES,
+    IS_BEFORE_S,
+    METALINGUISTIC,
+    NUMBER_WORDS,
+    ORDINAL_WORDS,
+    PHRASE,
+    PHRASES,
+    SCALES,
+    SPELLING,
+    SYNONYMS,
+    TENS,
+    TEXTING,
+    UNITS,
+    UNITS_ABBR,
 )
 
 # ------------------------------------------------------------------------------------------ regexes
@@ -383,7 +185,7 @@ _POLITE_END: Final = re.compile(
 # An embedded question ends in is / are: "what a closure is" -> "what is a closure".
 _EMBEDDED: Final = frozenset("what who where".split())
 _LEADING_PREP: Final = frozenset("in on with using for".split())
-_BETWEEN_END: Final = frozenset("in for of on with when if to from".split()) | {_BOUNDARY}
+_BETWEEN_END: Final = frozenset("in for of on with when if to from".split()) | {BOUNDARY}
 
 
 # ----------------------------------------------------------------------------------------- pipeline
@@ -398,7 +200,7 @@ def _prepare(text: str) -> str:
         s = _EDGE_EMOJI.sub(" ", s)  # decoration; an emoji inside the question may be what it asks about
     if ":" in s or ";" in s:
         s = _EMOTICON.sub(" ", s)
-    if _DIGIT.search(s):
+    if DIGIT.search(s):
         s = _GLUED_UNIT.sub(r"\1 \2", s)
         if "$" in s:
             s = _MONEY.sub(r" \1 dollar ", s)
@@ -415,7 +217,7 @@ def _prepare(text: str) -> str:
     if "'" in s or "cannot" in s:
         for pattern, repl in _CONTRACTION_FIXED:
             s = pattern.sub(repl, s)
-        s = _APOSTROPHE_S.sub(lambda m: m.group(1) + (" is" if m.group(1) in _IS_BEFORE_S else " 's"), s)
+        s = _APOSTROPHE_S.sub(lambda m: m.group(1) + (" is" if m.group(1) in IS_BEFORE_S else " 's"), s)
     return s
 
 
@@ -425,17 +227,17 @@ def _tokens(s: str, mapped: bool) -> list[str]:
     out: list[str] = []
     for tok in _TOKEN.findall(s):
         if tok[0] in ".,!?;:":
-            if out and out[-1] != _BOUNDARY:
-                out.append(_BOUNDARY)
+            if out and out[-1] != BOUNDARY:
+                out.append(BOUNDARY)
             continue
         if tok in ("'", '"'):
             continue
-        full = _BARE_CONTRACTIONS.get(tok) or (_TEXTING.get(tok) if mapped else None)
+        full = BARE_CONTRACTIONS.get(tok) or (TEXTING.get(tok) if mapped else None)
         if full:
             out.extend(full.split())
         else:
             out.append(tok)
-    while out and out[-1] == _BOUNDARY:
+    while out and out[-1] == BOUNDARY:
         out.pop()
     return out
 
@@ -445,7 +247,7 @@ def _word_maps(words: list[str], keep: frozenset[str]) -> list[str]:
     words written in capitals (`keep`: SQL's ALTER / MODIFY / CHANGE are not synonyms)."""
     out: list[str] = []
     for w in words:
-        m = w if w in keep else _SPELLING.get(w) or _SYNONYMS.get(w) or _UNITS_ABBR.get(w) or w
+        m = w if w in keep else SPELLING.get(w) or SYNONYMS.get(w) or UNITS_ABBR.get(w) or w
         if " " in m:
             out.extend(m.split())
         else:
@@ -479,22 +281,22 @@ def _frames(s: str, mapped: bool) -> str:
 
 def _numbers(words: list[str]) -> list[str]:
     """Step 6: number words -> digits, digit ordinals -> words, a plural after a number -> singular."""
-    if _NUMBER_WORDS.isdisjoint(words) and not _DIGIT.search(" ".join(words)):
+    if NUMBER_WORDS.isdisjoint(words) and not DIGIT.search(" ".join(words)):
         return words
     out: list[str] = []
     i, n = 0, len(words)
     after_number = False
     while i < n:
         w = words[i]
-        if w in _NUMBER_WORDS:
+        if w in NUMBER_WORDS:
             value, i = _number_at(words, i)
             out.append(str(value))
             after_number = value != 1
             continue
         if w[0].isdigit():
             m = _ORDINAL_DIGITS.match(w)
-            if m and 1 <= int(m.group(1)) <= len(_ORDINAL_WORDS):
-                w = _ORDINAL_WORDS[int(m.group(1)) - 1]
+            if m and 1 <= int(m.group(1)) <= len(ORDINAL_WORDS):
+                w = ORDINAL_WORDS[int(m.group(1)) - 1]
             out.append(w)
             after_number = w.isdigit() and w != "1"
         else:
@@ -512,20 +314,20 @@ def _number_at(words: list[str], i: int) -> tuple[int, int]:
     n = len(words)
     while i < n:
         w = words[i]
-        if w == "and" and last == "scale" and i + 1 < n and (words[i + 1] in _UNITS or words[i + 1] in _TENS):
+        if w == "and" and last == "scale" and i + 1 < n and (words[i + 1] in UNITS or words[i + 1] in TENS):
             i += 1
             continue
-        if w in _UNITS and last in ("", "scale", "ten"):
-            v = _UNITS[w]
+        if w in UNITS and last in ("", "scale", "ten"):
+            v = UNITS[w]
             if last == "ten" and not 1 <= v <= 9:
                 break
             current += v
             last = "teen" if v >= 10 else "unit"
-        elif w in _TENS and last in ("", "scale"):
-            current += _TENS[w]
+        elif w in TENS and last in ("", "scale"):
+            current += TENS[w]
             last = "ten"
-        elif w in _SCALES and last != "scale":
-            scale = _SCALES[w]
+        elif w in SCALES and last != "scale":
+            scale = SCALES[w]
             if scale == 100:
                 current = (current or 1) * 100
             else:
@@ -539,7 +341,7 @@ def _number_at(words: list[str], i: int) -> tuple[int, int]:
 
 
 def _singular(w: str) -> str:
-    if w in _UNITS_ABBR.values() or len(w) <= 3 or not w.isalpha() or w.endswith("ss"):
+    if w in UNITS_ABBR.values() or len(w) <= 3 or not w.isalpha() or w.endswith("ss"):
         return w
     if w.endswith("ies"):
         return w[:-3] + "y"
@@ -550,8 +352,8 @@ def _singular(w: str) -> str:
 
 def _reorder(words: list[str]) -> list[str]:
     """Step 7: the clause-initial prepositional phrase to the end, "between A and B" sorted."""
-    if words and words[0] in _LEADING_PREP and _BOUNDARY in words[1:6]:
-        cut = words.index(_BOUNDARY)
+    if words and words[0] in _LEADING_PREP and BOUNDARY in words[1:6]:
+        cut = words.index(BOUNDARY)
         words = words[cut + 1 :] + words[:cut]
     if "between" in words:
         b = words.index("between")
@@ -561,7 +363,7 @@ def _reorder(words: list[str]) -> list[str]:
             while end < len(words) and words[end] not in _BETWEEN_END:
                 end += 1
             left, right = words[b + 1 : a], words[a + 1 : end]
-            if left and right and "and" not in right and _BOUNDARY not in left:
+            if left and right and "and" not in right and BOUNDARY not in left:
                 first, second = sorted((left, right))
                 words = words[: b + 1] + first + ["and"] + second + words[end:]
     return words
@@ -583,7 +385,7 @@ def is_metalinguistic(text: str) -> bool:
     """A question about words or quoted text, where word maps would change what is asked."""
     if any(q in text for q in "'\"`‘’“”") and re.search(r"(?:^|\s)['\"`‘“]\w", text):
         return True
-    return any(w in _METALINGUISTIC for w in re.findall(r"[a-z]+", text.lower()))
+    return any(w in METALINGUISTIC for w in re.findall(r"[a-z]+", text.lower()))
 
 
 def normal_form(text: str, mapped: bool = True) -> tuple[str, ...]:
@@ -595,15 +397,15 @@ def normal_form(text: str, mapped: bool = True) -> tuple[str, ...]:
     if mapped:
         keep = frozenset(w.lower() for w in _ALL_CAPS.findall(text))
         s = " " + " ".join(_numbers(_word_maps(words, keep))) + " "
-        s = _PHRASE.sub(lambda m: _PHRASES[m.group(0)], s)
+        s = PHRASE.sub(lambda m: PHRASES[m.group(0)], s)
         words = s.split()
-    words = [w for w in words if w not in _ARTICLES and w not in _HEDGES]
-    while words and words[0] == _BOUNDARY:
+    words = [w for w in words if w not in ARTICLES and w not in HEDGES]
+    while words and words[0] == BOUNDARY:
         words.pop(0)
     words = _reorder(words)
     clauses: list[list[str]] = [[]]
     for w in words:
-        if w == _BOUNDARY:
+        if w == BOUNDARY:
             clauses.append([])
         else:
             clauses[-1].append(w)
@@ -621,8 +423,8 @@ def why_different(asked: str, stored: str) -> str | None:
         if a:
             return None
         # Nothing but frames: the same only if the frames are ("hi" is not "thanks").
-        raw_a = [w for w in _tokens(_prepare(asked), mapped) if w != _BOUNDARY]
-        raw_b = [w for w in _tokens(_prepare(stored), mapped) if w != _BOUNDARY]
+        raw_a = [w for w in _tokens(_prepare(asked), mapped) if w != BOUNDARY]
+        raw_b = [w for w in _tokens(_prepare(stored), mapped) if w != BOUNDARY]
         return None if raw_a == raw_b else "empty"
     if [w for w in a if w[0].isdigit()] != [w for w in b if w[0].isdigit()]:
         return "numbers"
