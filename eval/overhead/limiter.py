@@ -19,7 +19,7 @@ from eval.overhead.procs import pool_and_model_yaml
 BACKEND_HISTOGRAM = "llmgw_ratelimit_backend_seconds"
 
 # Limits no benchmark run can reach: the limiter does all its work and never refuses.
-_LIMITS = """\
+UNREACHABLE_LIMITS = """\
 limits:
   backend: redis
   tiers:
@@ -33,7 +33,7 @@ limits:
 def write_limiter_policy(path: Path, upstream_port: int, key_sha256: str) -> None:
     """The limiter gateway's policy: the spine's pool and model, plus auth (one static key) and limits."""
     path.write_text(
-        pool_and_model_yaml(upstream_port) + _LIMITS + "tenancy:\n"
+        pool_and_model_yaml(upstream_port) + UNREACHABLE_LIMITS + "tenancy:\n"
         f"  keys: [{{id: bench, sha256: {key_sha256}, org: bench, app: bench}}]\n"
     )
 

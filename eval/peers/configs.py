@@ -14,20 +14,9 @@ import secrets
 import string
 
 from eval.overhead.client import MODEL
+from eval.overhead.limiter import UNREACHABLE_LIMITS
 
 ROUTED_MODEL = "auto"
-
-# Limits no run can reach (as in eval/overhead/limiter.py): the limiter pays its whole admission path
-# (one Redis round trip, settlement) on every request and never refuses one.
-_LIMITS = """\
-limits:
-  backend: redis
-  tiers:
-    standard:
-      key: {requests_per_min: 100000000, tokens_per_min: 100000000000, concurrent: 100000}
-      org: {tokens_per_min: 100000000000}
-  global: {requests_per_min: 100000000}
-"""
 
 
 def _pool(name: str, upstream_port: int) -> str:
@@ -50,7 +39,7 @@ def ours_policy(upstream_port: int, key_sha256: str) -> str:
         + _pool(MODEL, upstream_port)
         + "models:\n"
         + f"  - {{name: {MODEL}, route: {{pool: {MODEL}}}, max_tokens: {{default: 512, cap: 4096}}}}\n"
-        + _LIMITS
+        + UNREACHABLE_LIMITS  # the limiter pays admission + settlement, never refuses
         + _tenancy(key_sha256)
     )
 
@@ -70,7 +59,7 @@ def ours_routed_policy(upstream_port: int, key_sha256: str) -> str:
         + "        tiers: [{pool: small}, {pool: large}]\n"
         + "        difficulty: {target_strong_share: 0.3}\n"
         + "    max_tokens: {default: 512, cap: 4096}\n"
-        + _LIMITS
+        + UNREACHABLE_LIMITS  # the limiter pays admission + settlement, never refuses
         + _tenancy(key_sha256)
     )
 
