@@ -30,7 +30,7 @@ from typing import Any
 
 from eval.loadgen.client import Sample
 from eval.loadgen.runner import RunResult
-from eval.loadgen.workload import SloClass
+from gateway.config import SloClass
 
 
 def percentile(values: Sequence[float], q: float) -> float:

@@ -21,6 +21,9 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from eval.sim.profile import format_validation_error
+from gateway.config import SloClass
+
 
 class WorkloadError(ValueError):
     """A workload could not be loaded; the message names the file and the offending key."""
@@ -154,18 +157,6 @@ class Alias(_Frozen):
     slo_class: str | None = None
 
 
-class SloClass(_Frozen):
-    ttft_ms: float | None = Field(None, gt=0)
-    tpot_ms: float | None = Field(None, gt=0)
-    e2e_ms: float | None = Field(None, gt=0)
-
-    @model_validator(mode="after")
-    def _at_least_one(self) -> SloClass:
-        if self.ttft_ms is None and self.tpot_ms is None and self.e2e_ms is None:
-            raise ValueError("an SLO class needs at least one of ttft_ms, tpot_ms, e2e_ms")
-        return self
-
-
 class Sweep(_Frozen):
     rates: list[Annotated[float, Field(gt=0)]] = Field([], description="open loop offered loads, req/s")
     concurrencies: list[Annotated[int, Field(ge=1)]] = Field([], description="closed loop levels")
@@ -206,23 +197,12 @@ class Workload(_Frozen):
         return self.default_slo_class
 
 
-def _format_error(source: str, exc: ValidationError) -> str:
-    parts = []
-    for err in exc.errors():
-        key = ".".join(str(p) for p in err["loc"]) or "<root>"
-        if err["type"] == "extra_forbidden":
-            parts.append(f"unknown key '{key}'")
-        else:
-            parts.append(f"'{key}': {err['msg']}")
-    return f"{source}: " + "; ".join(parts)
-
-
 def build_workload(source: str, data: dict[str, Any]) -> Workload:
     """Validate `data` and resolve every tenant key now (a missing env var fails before the run)."""
     try:
         workload = Workload.model_validate(data)
     except ValidationError as exc:
-        raise WorkloadError(_format_error(source, exc)) from exc
+        raise WorkloadError(format_validation_error(source, exc)) from exc
     for i, tenant in enumerate(workload.tenants):
         try:
             tenant.resolve_key()

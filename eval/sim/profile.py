@@ -95,7 +95,8 @@ def builtin_profiles() -> dict[str, dict[str, Any]]:
     }
 
 
-def _format_error(source: str, exc: ValidationError) -> str:
+def format_validation_error(source: str, exc: ValidationError) -> str:
+    """`FILE: 'key.path': message; unknown key 'x'` (also used by eval/loadgen workloads)."""
     parts = []
     for err in exc.errors():
         key = ".".join(str(p) for p in err["loc"]) or "<root>"
@@ -111,7 +112,7 @@ def build_profile(source: str, data: dict[str, Any], overrides: dict[str, Any] |
     try:
         return SimProfile.model_validate(merged)
     except ValidationError as exc:
-        raise ProfileError(_format_error(source, exc)) from exc
+        raise ProfileError(format_validation_error(source, exc)) from exc
 
 
 def load_profile(name_or_path: str | None, overrides: dict[str, Any] | None = None) -> SimProfile:

@@ -8,7 +8,7 @@ from eval.loadgen.capacity import parse_gauges, thresholds
 from eval.loadgen.client import Sample
 from eval.loadgen.runner import Level, RunResult
 from eval.loadgen.stats import find_knee, meets_slo, percentile, summarize, warnings
-from eval.loadgen.workload import SloClass
+from gateway.config import SloClass
 
 
 def test_percentile_interpolates_like_numpy() -> None:
