@@ -193,7 +193,7 @@ class ResponseCache:
             return None
         return stored[1], SEMANTIC_HIT
 
-    def counted(self, look: Lookup | None, alias: str, status: bytes, usage: tuple[int, int] | None) -> None:
+    def counted(self, alias: str, status: bytes, usage: tuple[int, int] | None) -> None:
         self._metrics.cache_requests.labels(alias, status.decode()).inc()
         if usage is not None:
             self._metrics.cache_saved_tokens.labels(alias, "input").inc(usage[0])

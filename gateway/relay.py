@@ -239,14 +239,14 @@ class Relay:
                                 ticket = await self._admissions.admit(
                                     self._ids.new().decode(), tenant, CACHE_POOL, 0, 0, False
                                 )
-                            self._cache.counted(look, alias, cache_status, usage_of(found[0]))
+                            self._cache.counted(alias, cache_status, usage_of(found[0]))
                             status = await self._send_cached(
                                 stream, data, rid, send, req, ticket, cache_status
                             )
                             return
                     if req.capture is None:
                         req.capture = []  # the answer's bytes, to store it
-                self._cache.counted(look, alias, cache_status, None)
+                self._cache.counted(alias, cache_status, None)
             req.cache = cache_status
             route = self._routes.get(alias)
             decided: Decided | None = None
