@@ -16,8 +16,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import OrderedDict
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
-from time import perf_counter
+from time import monotonic, perf_counter
+from typing import Any
 
 from gateway.errors import RateLimitError, UpstreamUnavailableError
 from gateway.metrics import Metrics
@@ -114,9 +116,21 @@ class Admissions:
         self._degraded = metrics.limit_decisions.labels("all", "all", "degraded")
         self._reserved = metrics.limit_tokens.labels("reserved")
         self._settled = metrics.limit_tokens.labels("settled")
+        spec = config.speculative
+        # Overlapping admission with the pool call only pays when admission is a network round trip.
+        self._speculate = spec.enabled and config.backend == "redis"
+        self._min_headroom = spec.min_headroom
+        self._memory_s = spec.memory_s
+        self._recent: OrderedDict[str, float] = OrderedDict()  # key id -> until when it may speculate
+        self._spec_admitted = metrics.limit_speculation.labels("admitted")
+        self._spec_refused = metrics.limit_speculation.labels("refused")
         self._active: dict[str, Reservation] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._to_settle: list[tuple[Reservation, dict[Dimension, int]]] = []
+
+    @property
+    def stream_chunk_tokens(self) -> int:
+        return self._config.stream_chunk_tokens
 
     def rules_for(self, tenant: Tenant, pool: str) -> tuple[Rule, ...]:
         """Resolved rules, cached (merging limit overrides is far slower than a dict lookup).
@@ -156,12 +170,48 @@ class Admissions:
             ) from None
         self._metrics.limiter_latency.observe(perf_counter() - t)
         self._count(decision)
+        if self._speculate:
+            self._remember_headroom(tenant.key_id, decision)
         headers = rate_limit_headers(decision.states)
         if not decision.allowed or decision.reservation is None:
             raise self._refusal(decision, headers)
         self._active[request_id] = decision.reservation
         self._reserved.inc(input_estimate + output)
         return Ticket(decision.reservation, input_estimate, output, output_granted, headers)
+
+    def may_speculate(self, tenant: Tenant) -> bool:
+        """True when the key's last admission here, at most `memory_s` ago, left every rule at least
+        `min_headroom` of its limit: its next admission will almost surely be granted too, so the pool
+        call need not wait for it (a refusal then still cancels the call before anything is sent)."""
+        if not self._speculate:
+            return False
+        until = self._recent.get(tenant.key_id)
+        return until is not None and until > monotonic()
+
+    def _remember_headroom(self, key_id: str, decision: Decision) -> None:
+        share = self._min_headroom
+        if (
+            decision.allowed
+            and not decision.degraded
+            and all(s.rule.shadow or s.remaining >= share * s.rule.limit for s in decision.states)
+        ):
+            self._recent[key_id] = monotonic() + self._memory_s
+            self._recent.move_to_end(key_id)
+            if len(self._recent) > 10_000:
+                self._recent.popitem(last=False)
+        else:
+            self._recent.pop(key_id, None)
+
+    def speculate(self, admission: Coroutine[Any, Any, Ticket]) -> asyncio.Task[Ticket]:
+        """Run an `admit(...)` call as a task, for a caller that calls the pool meanwhile and awaits the
+        ticket before anything reaches its client. Never cancel it: a granted ticket must be settled."""
+        task = asyncio.ensure_future(admission)
+        task.add_done_callback(self._count_speculation)
+        return task
+
+    def _count_speculation(self, task: asyncio.Task[Ticket]) -> None:
+        if not task.cancelled():
+            (self._spec_refused if task.exception() is not None else self._spec_admitted).inc()
 
     def _count(self, decision: Decision) -> None:
         m = self._metrics.limit_decisions

@@ -74,7 +74,7 @@ class Exchange:
 
     __slots__ = (
         "task", "finished", "client_gone", "watcher", "usage_in", "usage_out", "reported",
-        "ttft", "tpot", "broken", "costs", "notes", "capture", "span", "cache",
+        "ttft", "tpot", "broken", "costs", "notes", "capture", "span", "cache", "speculating", "refusal",
     )  # fmt: skip
 
     def __init__(self) -> None:
@@ -95,6 +95,10 @@ class Exchange:
         self.capture: list[bytes] | None = None  # relayed answer bytes (text logging on)
         self.span: Any = None  # the root span when tracing is on (gateway.tracing.RootSpan)
         self.cache: bytes | None = None  # the cache status (hit, semantic-hit, miss, bypass) once known
+        # Speculative admission (limits.speculative): the pool is being called while the admission is
+        # in flight; a refusal arriving then cancels the task and is answered as `refusal`.
+        self.speculating = False
+        self.refusal: GatewayError | None = None
 
     def watch(self, receive: Receive) -> None:
         self.watcher = asyncio.ensure_future(receive())
@@ -105,6 +109,18 @@ class Exchange:
             return
         if fut.exception() is None and fut.result().get("type") == "http.disconnect":
             self.client_gone = True
+            if self.task is not None:
+                self.task.cancel()
+
+    def on_admission(self, admission: asyncio.Future[Any]) -> None:
+        """Done-callback of a speculative admission: a refusal stops the pool call in flight."""
+        if admission.cancelled() or self.finished:
+            return
+        err = admission.exception()
+        # Anything else (a bug) surfaces where the relay awaits the admission, as it would unspeculated.
+        if isinstance(err, GatewayError) and self.speculating:
+            self.speculating = False
+            self.refusal = err
             if self.task is not None:
                 self.task.cancel()
 

@@ -111,6 +111,13 @@ class Metrics:
             ["phase"],
             registry=r,
         )
+        self.limit_speculation = Counter(
+            "llmgw_ratelimit_speculative",
+            "Admissions overlapped with the pool call (limits.speculative), by outcome: admitted, or "
+            "refused (the pool call was cancelled before anything reached the client)",
+            ["outcome"],
+            registry=r,
+        )
         self.limiter_latency = Histogram(
             "llmgw_ratelimit_backend_seconds",
             "Latency of the limiter's admission call (one Redis round trip with the Redis backend)",

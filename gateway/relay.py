@@ -204,6 +204,7 @@ class Relay:
         self.observer.start(req, kind, scope["headers"])
         route: Route | None = None
         ticket: Ticket | None = None
+        admitting: asyncio.Task[Ticket] | None = None  # a speculative admission (limits.speculative)
         tenant: Tenant | None = None
         status = 500
         stream = False
@@ -270,24 +271,41 @@ class Relay:
             n = body.get("n") or 1
             calls = decided.calls if decided is not None and decided.plan.cascade else 1
             granted = (prep.max_tokens or 0) * n * calls
-            topup = stream and client_max is None and calls == 1
+            # A stream without a client max_tokens that may outgrow one reserved chunk is metered as it
+            # runs and topped up (a smaller one is reserved whole, like any other request).
+            topup = (
+                stream
+                and client_max is None
+                and calls == 1
+                and granted > self._admissions.stream_chunk_tokens
+            )
             if topup:
                 # Meter the stream as it runs (vLLM: cumulative usage on every chunk).
                 body["stream_options"]["continuous_usage_stats"] = True
-            with self._trace.span("rate_limit"):
-                ticket = await self._admissions.admit(
-                    # Leases need an id unique per admission; a client's x-request-id may repeat.
-                    self._ids.new().decode(),
-                    principal.tenant,
-                    route.pool.config.name,
-                    # A cascade may make several calls: reserve for all of them, settle what was used.
-                    estimate_input_tokens(kind, body, self._bytes_per_token) * calls,
-                    granted,
-                    topup,
-                )
-            ticket.headers.append((b"x-llmgw-cache-status", cache_status))
-            if decided is not None:
-                ticket.headers.extend(decided.headers)
+            # Leases need an id unique per admission; a client's x-request-id may repeat.
+            lease_id = self._ids.new().decode()
+            # A cascade may make several calls: reserve for all of them, settle what was used.
+            input_estimate = estimate_input_tokens(kind, body, self._bytes_per_token) * calls
+            admission = self._admissions.admit(
+                lease_id, tenant, route.pool.config.name, input_estimate, granted, topup
+            )
+            pending: Ticket | asyncio.Task[Ticket]
+            if (
+                decided is None
+                and route.pool.config.engine == "vllm"  # no speculative calls to billed APIs
+                and self._admissions.may_speculate(tenant)
+            ):
+                # Call the pool while the reservation is in flight (docs/design/017); nothing reaches
+                # the client before it is granted, and a refusal cancels the call.
+                pending = admitting = self._admissions.speculate(admission)
+                admitting.add_done_callback(req.on_admission)
+                req.speculating = True
+            else:
+                with self._trace.span("rate_limit"):
+                    pending = ticket = await admission
+                ticket.headers.append((b"x-llmgw-cache-status", cache_status))
+                if decided is not None:
+                    ticket.headers.extend(decided.headers)
             payload = orjson.dumps(prep.body)
             key = route.pool.key(prep.body)
             priority = _PRIORITY.get(principal.tenant.priority, 0)
@@ -296,16 +314,18 @@ class Relay:
             inflight.inc()
             try:
                 if decided is not None and not decided.direct:
+                    assert ticket is not None  # routed plans never speculate
                     status, route = await self._cascades.run(
                         decided, prep.body, prep.client_usage, rid, send, req, ticket, priority
                     )
                 elif stream:
                     status = await self._stream(
-                        route, kind, payload, rid, prep.client_usage, send, req, t0, ticket, n, key, priority
-                    )
+                        route, kind, payload, rid, prep.client_usage, send, req, t0, pending, topup, n, key,
+                        priority,
+                    )  # fmt: skip
                 else:
                     status = await self._unary(
-                        route, kind, payload, rid, send, req, t0, ticket, key, priority
+                        route, kind, payload, rid, send, req, t0, pending, key, priority
                     )
             finally:
                 inflight.dec()
@@ -318,19 +338,26 @@ class Relay:
         except ClientGone:
             status = 499
         except asyncio.CancelledError:
-            if not req.client_gone:
+            refusal = req.refusal
+            if not req.client_gone and refusal is None:
                 raise  # shutdown or an outer timeout: not ours to swallow
             if req.task is not None:
                 req.task.uncancel()
-            status = 499
+            if req.client_gone or refusal is None:
+                status = 499
+            else:
+                # A speculative admission refused while the pool was being called: the call is
+                # cancelled (vLLM aborts it) and the client gets the refusal, as if it came first.
+                status = refusal.status
+                req.done()
+                await send_error(send, refusal, rid)
         finally:
             req.done()
+            req.speculating = False
+            if admitting is not None:
+                ticket = self._granted_ticket(admitting, req, status)
             if ticket is not None:
-                if not req.reported and req.usage_out == 0 and status != 499:
-                    req.usage_in = 0  # the pool failed before doing work it reported
-                elif not req.reported:
-                    req.usage_in = ticket.input_estimate  # the client left: the prompt was processed
-                self._admissions.settle(ticket, req.usage_in, req.usage_out)
+                self._settle(ticket, req, status)
             if hit_alias is not None:
                 model, pool = hit_alias, CACHE_POOL
             else:
@@ -342,6 +369,38 @@ class Relay:
             e2e = perf_counter() - t0
             self._metrics.duration.labels(model, pool, kind.value, "true" if stream else "false").observe(e2e)
             self.observer.finish(rid, kind.value, model, pool, tenant, status, stream, e2e, req)
+
+    def _settle(self, ticket: Ticket, req: Exchange, status: int) -> None:
+        if not req.reported and req.usage_out == 0 and status != 499:
+            req.usage_in = 0  # the pool failed before doing work it reported
+        elif not req.reported:
+            req.usage_in = ticket.input_estimate  # the client left: the prompt was processed
+        self._admissions.settle(ticket, req.usage_in, req.usage_out)
+
+    def _granted_ticket(self, admitting: asyncio.Task[Ticket], req: Exchange, status: int) -> Ticket | None:
+        """A speculative admission's ticket to settle now; None if it was refused, or if it is still in
+        flight (the request ended first: upstream failure, client gone), then it is settled on arrival."""
+        if not admitting.done():
+            admitting.add_done_callback(lambda t: self._settle_late(t, req, status))
+            return None
+        if admitting.cancelled() or admitting.exception() is not None:
+            return None
+        return admitting.result()
+
+    def _settle_late(self, admitting: asyncio.Task[Ticket], req: Exchange, status: int) -> None:
+        if not admitting.cancelled() and admitting.exception() is None:
+            self._settle(admitting.result(), req, status)
+
+    async def _granted(self, pending: Ticket | asyncio.Task[Ticket], req: Exchange) -> Ticket:
+        """The ticket, once the pool answered: a speculative admission is awaited here, before anything
+        is sent to the client; its refusal is raised (the pool's answer is dropped)."""
+        if isinstance(pending, Ticket):
+            return pending
+        req.speculating = False
+        with self._trace.span("rate_limit"):
+            ticket = await pending
+        ticket.headers.append((b"x-llmgw-cache-status", req.cache or BYPASS))
+        return ticket
 
     def _cached_reply(
         self, kind: Kind, alias: str, body: dict[str, Any], entry: bytes
@@ -406,7 +465,7 @@ class Relay:
         send: Send,
         req: Exchange,
         t0: float,
-        ticket: Ticket,
+        pending: Ticket | asyncio.Task[Ticket],
         key: int | None,
         priority: int,
     ) -> int:
@@ -414,6 +473,7 @@ class Relay:
         headers = {**pool.headers, "x-request-id": rid.decode()}
         overhead = perf_counter() - t0
         data = await self._calls.unary(pool, kind, payload, headers, key, priority)
+        ticket = await self._granted(pending, req)
         t_back = perf_counter()
         try:
             parsed = orjson.loads(data)
@@ -458,7 +518,8 @@ class Relay:
         send: Send,
         req: Exchange,
         t0: float,
-        ticket: Ticket,
+        pending: Ticket | asyncio.Task[Ticket],
+        topup: bool,
         choices: int,
         key: int | None,
         priority: int,
@@ -467,7 +528,6 @@ class Relay:
         cfg = pool.config
         headers = {**pool.headers, "x-request-id": rid.decode()}
         overhead = perf_counter() - t0
-        topup = ticket.topping_up
         splitter = SSESplitter(strip_usage=not client_usage, strip_continuous=topup)
         resp: Upstream | None = None
         replica: Replica | None = None
@@ -478,6 +538,7 @@ class Relay:
             opened = await self._calls.open_stream(pool, kind, payload, headers, strip, key, priority)
             replica, resp, first, splitter = opened.replica, opened.resp, opened.first, opened.splitter
             read = opened.read
+            ticket = await self._granted(pending, req)
             t = perf_counter()
             await send(
                 {

@@ -137,6 +137,26 @@ class TierLimits(_Frozen):
     org: LevelLimits = LevelLimits()
 
 
+class SpeculativeAdmission(_Frozen):
+    """Overlap the admission round trip with the pool call (docs/design/017-speculative-admission.md).
+
+    Off by default: the default is "reserve, then call the pool". On, a request of a key whose last
+    admission in this process left every rule at least `min_headroom` of its limit, no longer than
+    `memory_s` ago, is sent to a self-hosted pool while its reservation is in flight; nothing reaches the
+    client before the reservation is granted, and a refusal cancels the pool call (vLLM aborts it).
+    """
+
+    enabled: bool = Field(
+        False, description="overlap admission with the pool call for keys far from their limits"
+    )
+    min_headroom: float = Field(
+        0.2, gt=0, lt=1, description="share of every rule's limit the key's last admission must have left"
+    )
+    memory_s: float = Field(
+        1.0, gt=0, le=60, description="how long a key's last admission counts as recent enough to speculate"
+    )
+
+
 class LimitsConfig(_Frozen):
     backend: Literal["memory", "redis"] = Field(
         "memory", description="memory: one process only (the embedded default); redis: shared by all replicas"
@@ -172,6 +192,7 @@ class LimitsConfig(_Frozen):
     pools: dict[str, LevelLimits] = {}
     tiers: dict[str, TierLimits] = {"standard": TierLimits()}
     key_prefix: str = Field("llmgw", pattern=r"^[A-Za-z0-9_.-]{1,32}$", description="Redis key prefix")
+    speculative: SpeculativeAdmission = SpeculativeAdmission()
 
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 

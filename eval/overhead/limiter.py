@@ -30,10 +30,20 @@ limits:
 """
 
 
-def write_limiter_policy(path: Path, upstream_port: int, key_sha256: str) -> None:
+# Appended to UNREACHABLE_LIMITS's `limits:` block: admission overlapped with the pool call
+# (limits.speculative, docs/design/017). With these limits every key stays far from them, so every
+# request after a key's first one is admitted speculatively.
+SPECULATIVE = "  speculative: {enabled: true}\n"
+
+
+def unreachable_limits(speculative: bool = False) -> str:
+    return UNREACHABLE_LIMITS + (SPECULATIVE if speculative else "")
+
+
+def write_limiter_policy(path: Path, upstream_port: int, key_sha256: str, speculative: bool = False) -> None:
     """The limiter gateway's policy: the spine's pool and model, plus auth (one static key) and limits."""
     path.write_text(
-        pool_and_model_yaml(upstream_port) + UNREACHABLE_LIMITS + "tenancy:\n"
+        pool_and_model_yaml(upstream_port) + unreachable_limits(speculative) + "tenancy:\n"
         f"  keys: [{{id: bench, sha256: {key_sha256}, org: bench, app: bench}}]\n"
     )
 

@@ -44,6 +44,7 @@ class Options:
     out: Path
     limiter: bool = False
     limiter_concurrency: tuple[int, ...] = (1, 8)
+    speculative: bool = False  # the limiter gateway runs with limits.speculative on
 
 
 @dataclass(frozen=True, slots=True)

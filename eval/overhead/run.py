@@ -105,7 +105,7 @@ def _start(
     stack.enter_context(spawned(redis_args(redis_server, redis_port), opts.load_cpu, redis_url, redis_log))
     key = generate_key()
     lim_policy = work / "policy-limiter.yaml"
-    write_limiter_policy(lim_policy, up_port, hash_key(key))
+    write_limiter_policy(lim_policy, up_port, hash_key(key), speculative=opts.speculative)
     lim = stack.enter_context(
         spawned(
             _serve(lim_policy, lim_port),
@@ -219,6 +219,7 @@ def run_benchmark(opts: Options, argv: Sequence[str]) -> dict[str, Any]:
             "request_body": request_body(False).decode(),
             "limiter": opts.limiter,
             "limiter_concurrency": list(opts.limiter_concurrency) if opts.limiter else [],
+            "speculative": opts.speculative,
         },
         "environment": environment(),
         "latency": latency,
@@ -275,6 +276,11 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument(
         "--limiter-concurrency", default="1,8", help="latency levels that include the limiter (default 1,8)"
     )
+    p.add_argument(
+        "--speculative",
+        action="store_true",
+        help="the limiter gateway overlaps admission with the pool call (limits.speculative)",
+    )
     p.add_argument("--out", type=Path, default=Path("bench-results/overhead.json"), help="JSON report path")
     p.add_argument("--serve-static", type=int, metavar="PORT", help=argparse.SUPPRESS)
     return p.parse_args(list(argv))
@@ -302,6 +308,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         out=args.out,
         limiter=not args.no_limiter and _has_redis_server(),
         limiter_concurrency=tuple(int(x) for x in args.limiter_concurrency.split(",") if x),
+        speculative=args.speculative,
     )
     report = run_benchmark(opts, ["python", "-m", "eval.bench_overhead", *args_list])
     print(render(report))

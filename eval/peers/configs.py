@@ -14,7 +14,7 @@ import secrets
 import string
 
 from eval.overhead.client import MODEL
-from eval.overhead.limiter import UNREACHABLE_LIMITS
+from eval.overhead.limiter import UNREACHABLE_LIMITS, unreachable_limits
 
 ROUTED_MODEL = "auto"
 
@@ -32,14 +32,15 @@ def _tenancy(key_sha256: str) -> str:
     return f"tenancy:\n  keys: [{{id: bench, sha256: {key_sha256}, org: bench, app: bench}}]\n"
 
 
-def ours_policy(upstream_port: int, key_sha256: str) -> str:
-    """Ours as a platform team runs it: auth (one static key), the Redis limiter, metrics (always on)."""
+def ours_policy(upstream_port: int, key_sha256: str, speculative: bool = False) -> str:
+    """Ours as a platform team runs it: auth (one static key), the Redis limiter, metrics (always on).
+    `speculative`: admission overlapped with the pool call (limits.speculative, docs/design/017)."""
     return (
         "pools:\n"
         + _pool(MODEL, upstream_port)
         + "models:\n"
         + f"  - {{name: {MODEL}, route: {{pool: {MODEL}}}, max_tokens: {{default: 512, cap: 4096}}}}\n"
-        + UNREACHABLE_LIMITS  # the limiter pays admission + settlement, never refuses
+        + unreachable_limits(speculative)  # the limiter pays admission + settlement, never refuses
         + _tenancy(key_sha256)
     )
 

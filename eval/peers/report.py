@@ -11,6 +11,7 @@ from typing import Any
 LABELS = {
     "direct": "upstream directly (reference)",
     "ours": "ours: auth + Redis limiter + metrics",
+    "ours-spec": "ours, admission overlapped with the pool call (`limits.speculative`)",
     "ours-routed": "ours + routing (`auto`, 2 pools)",
     "litellm": "LiteLLM proxy 1.108.7",
     "portkey": "Portkey gateway 1.15.2 (Node)",

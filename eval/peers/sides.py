@@ -37,7 +37,7 @@ from gateway.keys import generate_key, hash_key
 PEERS_DIR = ROOT / ".tools" / "peers"
 LITELLM_BIN = PEERS_DIR / "venv" / "bin" / "litellm"
 PORTKEY_JS = PEERS_DIR / "portkey" / "node_modules" / "@portkey-ai" / "gateway" / "build" / "start-server.js"
-GATEWAYS = ("ours", "ours-routed", "litellm", "portkey", "floor")
+GATEWAYS = ("ours", "ours-spec", "ours-routed", "litellm", "portkey", "floor")
 START_TIMEOUT_S = 120.0  # LiteLLM imports for ~10 s on an idle core, much longer on a busy one
 
 
@@ -114,7 +114,7 @@ def start_all(
     )
     sides = [Side("direct", up_port, up.pid)]
     redis_url = ""
-    if {"ours", "ours-routed"} & set(names):
+    if {"ours", "ours-spec", "ours-routed"} & set(names):
         redis_port = free_port()
         redis_url = f"redis://127.0.0.1:{redis_port}/0"
         server = shutil.which("redis-server") or "/usr/bin/redis-server"
@@ -123,10 +123,12 @@ def start_all(
     for name in names:
         port = free_port()
         log = work / f"{name}.log"
-        if name in ("ours", "ours-routed"):
+        if name in ("ours", "ours-spec", "ours-routed"):
             policy = work / f"{name}.yaml"
-            render = ours_policy if name == "ours" else ours_routed_policy
-            policy.write_text(render(up_port, hash_key(key)))
+            if name == "ours-routed":
+                policy.write_text(ours_routed_policy(up_port, hash_key(key)))
+            else:
+                policy.write_text(ours_policy(up_port, hash_key(key), speculative=name == "ours-spec"))
             args = [sys.executable, "-m", "gateway", "serve", "--config", str(policy), "--port", str(port)]
             env = {"LLMGW_LOG_LEVEL": "warning", "LLMGW_REDIS_URL": redis_url, "HF_HUB_OFFLINE": "1"}
             proc = stack.enter_context(

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 DIRECT = "direct"
-OURS = ("ours", "ours-routed")
+OURS = ("ours", "ours-spec", "ours-routed")
 PEERS = ("litellm", "portkey", "floor")
 
 Round = Mapping[str, Mapping[str, Mapping[str, Any]]]  # side -> cell -> figures
@@ -132,6 +132,41 @@ TARGETS: tuple[Target, ...] = (
     Target("non-streaming req/s vs Portkey (x)", "ours/portkey", "unary.rps_c32", ">=", 2),
     Target("streaming req/s vs Portkey (x)", "ours/portkey", "stream.rps_c32", ">=", 2),
     Target("streaming TTFT added, P50 c=1 (ms)", "ours", "stream.ttft_added_p50_c1_ms", "<=", 1.0),
+    Target(
+        "speculative admission: added P50, non-streaming, c=1 (ms)",
+        "ours-spec",
+        "unary.added_p50_c1_ms",
+        "<=",
+        0.5,
+    ),
+    Target(
+        "speculative admission: added P99, non-streaming, c=8 (ms)",
+        "ours-spec",
+        "unary.added_p99_c8_ms",
+        "<=",
+        3.0,
+    ),
+    Target(
+        "speculative admission: throughput, non-streaming, c=32 (req/s)",
+        "ours-spec",
+        "unary.rps_c32",
+        ">=",
+        3000,
+    ),
+    Target(
+        "speculative admission: throughput, streaming, c=32 (req/s)",
+        "ours-spec",
+        "stream.rps_c32",
+        ">=",
+        2500,
+    ),
+    Target(
+        "speculative admission: streaming TTFT added, P50 c=1 (ms)",
+        "ours-spec",
+        "stream.ttft_added_p50_c1_ms",
+        "<=",
+        1.0,
+    ),
     Target(
         "routing on: added P50, non-streaming, c=1 (ms)", "ours-routed", "unary.added_p50_c1_ms", "<=", 6.0
     ),
