@@ -223,6 +223,31 @@ class Metrics:
                     output_tokens=self._tokens.labels(m.name, pool, "output"),
                     inflight=self._inflight.labels(m.name, pool),
                 )
+        # Children of the per-request series, memoised on first use: `labels()` costs several times the
+        # increment it precedes. Bounded: aliases and pools come from the config, endpoints and statuses
+        # are a handful.
+        self._finished: dict[tuple[str, str, str, int, bool], tuple[Counter, Histogram]] = {}
+        self._overheads: dict[str, Histogram] = {}
+
+    def finished(
+        self, model: str, pool: str, endpoint: str, status: int, stream: bool, seconds: float
+    ) -> None:
+        """One answered request: `llmgw_requests_total` and `llmgw_request_duration_seconds`."""
+        key = (model, pool, endpoint, status, stream)
+        children = self._finished.get(key)
+        if children is None:
+            children = self._finished[key] = (
+                self.requests.labels(model, pool, endpoint, str(status)),
+                self.duration.labels(model, pool, endpoint, "true" if stream else "false"),
+            )
+        children[0].inc()
+        children[1].observe(seconds)
+
+    def overhead_of(self, endpoint: str) -> Histogram:
+        child = self._overheads.get(endpoint)
+        if child is None:
+            child = self._overheads[endpoint] = self.overhead.labels(endpoint)
+        return child
 
 
 class FailoverCollector(Collector):

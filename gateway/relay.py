@@ -365,9 +365,8 @@ class Relay:
                 pool = route.pool.config.name if route else "-"
             if status == 499 and route is not None:
                 self._metrics.client_disconnects.labels(model, pool).inc()
-            self._metrics.requests.labels(model, pool, kind.value, str(status)).inc()
             e2e = perf_counter() - t0
-            self._metrics.duration.labels(model, pool, kind.value, "true" if stream else "false").observe(e2e)
+            self._metrics.finished(model, pool, kind.value, status, stream, e2e)
             self.observer.finish(rid, kind.value, model, pool, tenant, status, stream, e2e, req)
 
     def _settle(self, ticket: Ticket, req: Exchange, status: int) -> None:
@@ -501,7 +500,7 @@ class Relay:
             }
         )
         await send({"type": "http.response.body", "body": data, "more_body": False})
-        self._metrics.overhead.labels(kind.value).observe(overhead + perf_counter() - t_back)
+        self._metrics.overhead_of(kind.value).observe(overhead + perf_counter() - t_back)
         return 200
 
     def _count_usage(self, route: Route, req: Exchange) -> None:
@@ -612,7 +611,7 @@ class Relay:
                     req.tpot = (t_last - t_first) / (ct - 1)
                     route.metrics.tpot.observe(req.tpot)
                 req.broken = verdict == "fail"
-                self._metrics.overhead.labels(kind.value).observe(overhead)
+                self._metrics.overhead_of(kind.value).observe(overhead)
                 # Closing (not releasing) an unfinished response drops the connection, which is how
                 # vLLM learns that nobody is reading and aborts the request.
                 if splitter.saw_done:
