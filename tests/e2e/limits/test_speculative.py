@@ -8,6 +8,7 @@ Real processes: redis-server, a simulator, one or two gateways on the same Redis
 - A speculative request that the shared budget refuses (another gateway spent it meanwhile) gets the
   normal 429 with Retry-After, long before the pool would have answered; the pool call is aborted, and
   the refused request holds and is charged nothing.
+- A speculative request whose pool fails before (or after) its ticket arrives leaks no lease.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from tests.support.limits_stack import (
     wait_until,
     write_policy,
 )
+from tests.support.procs import free_port
 from tests.support.prom import metric
 from tests.support.redis_server import RedisServer
 
@@ -171,3 +173,31 @@ async def test_speculative_refusal_cancels_the_pool_call(
         settled = sum(sub_window_counters(r, org_tokens).values())
         assert settled <= tokens
         assert settled >= first.usage.total_tokens
+
+
+async def test_a_speculative_request_whose_pool_fails_first_leaks_nothing(
+    tmp_path, redis_server: RedisServer
+) -> None:
+    # The only replica refuses connections: the pool call fails in about as long as the admission takes,
+    # so the ticket arrives before or after the request ended; either way it must be settled (to 0).
+    dead = f"http://127.0.0.1:{free_port()}"
+    key = TenantKey.new("spec", "acme", "spec")
+    policy = write_policy(
+        tmp_path / "policy.yaml",
+        [dead],
+        [key],
+        limits=SPECULATIVE,
+        org_limits={"acme": "{tokens_per_min: 1000000}"},
+    )
+    r = redis.Redis.from_url(redis_server.url)
+    with gateway(policy, redis_server.url, tmp_path / "gateway.log") as (url, _):
+        client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key=key.key, max_retries=0)
+        for _ in range(5):  # the first admission is synchronous, the others speculative
+            with pytest.raises(openai.APIStatusError) as failed:
+                await client.chat.completions.create(model="sim", messages=MESSAGES, max_tokens=5)
+            assert failed.value.status_code in (502, 503)
+        await client.close()
+        assert await wait_until(lambda: _spec_count(url, "admitted") == 4, 5)
+        assert await wait_until(lambda: not live_leases(r), 5), live_leases(r)
+        # Nothing was processed, so nothing is charged.
+        assert sum(sub_window_counters(r, base_key("org", "acme", "tokens")).values()) == 0
