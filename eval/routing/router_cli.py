@@ -1,6 +1,6 @@
 """`llmgw router {train,eval,score}`: the difficulty router's stable command-line interface.
 
-    llmgw router train --data FILE... --out DIR [--exclude FILE...]
+    llmgw router train --data FILE... --out DIR [--exclude FILE...] [--pair-data FILE STRONG WEAK]...
     llmgw router eval  --model DIR --data FILE --strong M --weak M [--out DIR] [--prior-train FILE...]
     llmgw router score [--model DIR] --in FILE --out FILE
 
@@ -31,6 +31,14 @@ def register(parser: argparse.ArgumentParser) -> None:
     t.add_argument("--out", required=True, type=Path, help="artifact directory to write")
     t.add_argument(
         "--exclude", nargs="*", default=[], metavar="FILE", help="drop training prompts found here"
+    )
+    t.add_argument(
+        "--pair-data",
+        nargs=3,
+        action="append",
+        default=[],
+        metavar=("FILE", "STRONG", "WEAK"),
+        help="extra training file scored with its own strong/weak pair (repeatable; never a CV test row)",
     )
     t.add_argument("--strong", default=DEFAULT_STRONG)
     t.add_argument("--weak", default=DEFAULT_WEAK)
@@ -72,7 +80,7 @@ def _error(exc: BaseException) -> int:
 
 def _train(args: argparse.Namespace) -> int:
     from eval.routing.data import RoutingDataError
-    from eval.routing.train import TrainConfig, train
+    from eval.routing.train import PairFile, TrainConfig, train
     from router.artifact_error import RouterArtifactError
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -95,11 +103,15 @@ def _train(args: argparse.Namespace) -> int:
             exclude=args.exclude,
             cache_dir=None if args.no_cache else Path(".cache/router-embeddings"),
             progress=True,
+            pair_data=[PairFile(Path(f), strong, weak) for f, strong, weak in args.pair_data],
         )
     except (RoutingDataError, RouterArtifactError, ValueError) as exc:
         return _error(exc)
     cv = info["cv"]
-    print(f"artifact written to {path}: {info['rows_used']} rows, dropped {info['dropped']}")
+    print(
+        f"artifact written to {path}: {info['rows_used']} rows ({info['rows_primary']} primary), "
+        f"dropped {info['dropped']}"
+    )
     for kind in ("id", "task"):
         if kind in cv and cv[kind]["apgr_mean"] is not None:
             c = cv[kind]

@@ -8,13 +8,25 @@ Head (hyper-parameters chosen on cross-validation, never on mmlu_dev; design doc
   2 x z(kNN gain, averaged over k = 50..800, cosine in a 96-d PCA space)  +  1 x z(ridge gain, alpha=100)
   + 1 x z(ridge gain on hashed TF-IDF word uni+bigrams of the text, alpha=10)
 
+Data: the primary files (`--data`, one strong/weak pair) and optional extra files, each with its own
+pair (`--pair-data FILE STRONG WEAK`, e.g. the RouterBench train files, whose weak model is
+mixtral-8x7b-chat). The target is always "the gain of that row's strong model over its weak one", so
+rows of different pairs mean the same thing and can share one head. Extra rows are always training
+rows: cross-validation folds, standardization and calibration come from the primary rows only, so
+the CV figures stay comparable across recipes and the percentile calibration describes the primary
+traffic. Pooling the RouterBench rows raised mmlu task-held-out CV 0.647 -> 0.652 and
+leave-one-file-out transfer to each RouterBench file, but not mmlu_dev (0.695 -> 0.693), so the
+shipped artifact does not use it (doc 008, "Quality follow-up").
+
 Steps:
-1. load the files, keep rows with both models, drop repeated prompts and prompts that appear in any
-   `--exclude` file (the evaluation set: 29 mmlu_dev prompts are verbatim in mmlu_train);
+1. load the files, keep rows with both models of their pair, drop repeated prompts (across all files)
+   and prompts that appear in any `--exclude` file (the evaluation set: 29 mmlu_dev prompts are
+   verbatim in mmlu_train);
 2. embed every prompt through the serving encoder (same int8 model, same tail budget), cached;
-3. K-fold by id: fit the components on K-1 folds, predict the held-out fold. These out-of-fold scores
-   give each component's standardization (center, scale) and the calibration curve (difficulty =
-   percentile among out-of-fold training scores), and the in-distribution CV APGR;
+3. K-fold by id over the primary rows: fit the components on K-1 folds plus every extra row, predict
+   the held-out fold. These out-of-fold scores give each component's standardization (center, scale)
+   and the calibration curve (difficulty = percentile among out-of-fold training scores), and the
+   in-distribution CV APGR;
 4. K-fold by task (when there are several tasks): the leave-tasks-out APGR, i.e. how the same recipe does
    on topics it never saw — the generalization figure reported beside dev;
 5. fit the components on all rows and write the artifact (router/artifact.py).
@@ -24,6 +36,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -60,12 +73,30 @@ class TrainConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class PairFile:
+    """An extra training file whose rows are scored with their own strong/weak pair."""
+
+    path: Path
+    strong: str
+    weak: str
+
+
+@dataclass(frozen=True, slots=True)
 class TrainingSet:
+    """Primary rows first (`primary` of them), then the extra rows; scores are each row's own pair."""
+
     rows: tuple[Row, ...]
     texts: tuple[str, ...]
     embeddings: Embeddings
-    gain: FloatArray
+    strong_score: FloatArray
+    weak_score: FloatArray
+    primary: int
     dropped: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def gain(self) -> FloatArray:
+        out: FloatArray = self.strong_score - self.weak_score
+        return out
 
 
 def _prompt_key(prompt: str) -> bytes:
@@ -73,12 +104,19 @@ def _prompt_key(prompt: str) -> bytes:
 
 
 def select_rows(
-    rows: Sequence[Row], cfg: TrainConfig, exclude: Sequence[Row] = ()
+    rows: Sequence[Row],
+    strong: str,
+    weak: str,
+    exclude: Sequence[Row] = (),
+    seen: set[bytes] | None = None,
 ) -> tuple[tuple[Row, ...], dict[str, int]]:
-    """Rows with both models, first occurrence of each prompt, none whose prompt is in `exclude`."""
-    paired, missing = rows_with_models(rows, (cfg.strong, cfg.weak))
+    """Rows with both models, first occurrence of each prompt, none whose prompt is in `exclude`.
+
+    `seen` carries the prompts kept from earlier files, so a prompt repeated across files counts once.
+    """
+    paired, missing = rows_with_models(rows, (strong, weak))
     banned = {_prompt_key(r.prompt) for r in exclude}
-    seen: set[bytes] = set()
+    seen = set() if seen is None else seen
     kept: list[Row] = []
     duplicate = excluded = 0
     for row in paired:
@@ -105,15 +143,37 @@ def prepare(
     exclude: Sequence[Row] = (),
     cache_dir: Path | None = DEFAULT_CACHE_DIR,
     progress: bool = False,
+    extra: Sequence[tuple[Sequence[Row], str, str]] = (),
 ) -> TrainingSet:
-    kept, dropped = select_rows(rows, cfg, exclude)
+    """`rows` scored with cfg's pair; `extra` = (rows, strong, weak) groups, always in training.
+
+    A prompt present in several files keeps its first occurrence, primary files first.
+    """
+    seen: set[bytes] = set()
+    kept, dropped = select_rows(rows, cfg.strong, cfg.weak, exclude, seen)
     if len(kept) < 2 * cfg.folds:
         raise ValueError(f"need at least {2 * cfg.folds} usable rows to train, got {len(kept)} ({dropped})")
-    pair = pair_outcomes(kept, cfg.strong, cfg.weak)
-    texts = tuple(row_texts(kept))
+    groups = [(kept, cfg.strong, cfg.weak)]
+    for extra_rows, strong, weak in extra:
+        more, more_dropped = select_rows(extra_rows, strong, weak, exclude, seen)
+        if not more:
+            # Most likely a misspelt model name: say so instead of training on the primary rows alone.
+            raise ValueError(f"no usable extra row for the pair {strong!r}/{weak!r} ({more_dropped})")
+        groups.append((more, strong, weak))
+        dropped = {k: dropped[k] + more_dropped[k] for k in dropped}
+    pairs = [pair_outcomes(group, strong, weak) for group, strong, weak in groups]
+    all_rows = tuple(r for group, _, _ in groups for r in group)
+    texts = tuple(row_texts(all_rows))
     emb = embed_texts(encoder, texts, cfg.max_tokens, cache_dir=cache_dir, progress=progress)
-    gain = pair.strong_score - pair.weak_score
-    return TrainingSet(rows=kept, texts=texts, embeddings=emb, gain=gain, dropped=dropped)
+    return TrainingSet(
+        rows=all_rows,
+        texts=texts,
+        embeddings=emb,
+        strong_score=np.concatenate([p.strong_score for p in pairs]),
+        weak_score=np.concatenate([p.weak_score for p in pairs]),
+        primary=len(kept),
+        dropped=dropped,
+    )
 
 
 def fit_components(ts: TrainingSet, idx: np.ndarray, cfg: TrainConfig) -> list[Component]:
@@ -130,12 +190,19 @@ def _weights(cfg: TrainConfig) -> tuple[float, float, float]:
 
 
 def _oof(ts: TrainingSet, cfg: TrainConfig, group_by_task: bool) -> tuple[np.ndarray, list[np.ndarray]]:
-    """Out-of-fold predictions, (rows, components), and the test indices of each non-empty fold."""
-    preds = np.zeros((len(ts.rows), len(_weights(cfg))), dtype=np.float64)
+    """Out-of-fold predictions of the primary rows, (primary, components), and each fold's test rows.
+
+    Extra rows (other pairs, other tasks) train every fold and are never tested: the folds, and so the
+    CV figures, are those of the primary data alone.
+    """
+    preds = np.zeros((ts.primary, len(_weights(cfg))), dtype=np.float64)
     tests: list[np.ndarray] = []
-    for train_idx, test_idx in kfold_indices(ts.rows, cfg.folds, group_by_task=group_by_task):
-        if len(test_idx) == 0 or len(train_idx) == 0:
+    extra_idx = np.arange(ts.primary, len(ts.rows), dtype=np.int64)
+    folds = kfold_indices(ts.rows[: ts.primary], cfg.folds, group_by_task=group_by_task)
+    for fold_train, test_idx in folds:
+        if len(test_idx) == 0 or len(fold_train) == 0:
             continue
+        train_idx = np.concatenate([fold_train, extra_idx])
         comps = fit_components(ts, train_idx, cfg)
         test_texts = [ts.texts[i] for i in test_idx]
         for j, comp in enumerate(comps):
@@ -157,10 +224,9 @@ def _combine(preds: np.ndarray, test_sets: list[np.ndarray], cfg: TrainConfig) -
 def _fold_apgr(
     ts: TrainingSet, raw: np.ndarray, test_sets: list[np.ndarray], cfg: TrainConfig
 ) -> list[float]:
-    pair = pair_outcomes(ts.rows, cfg.strong, cfg.weak)
     out = []
     for idx in test_sets:
-        value = apgr(routing_curve(raw[idx], pair.strong_score[idx], pair.weak_score[idx]))
+        value = apgr(routing_curve(raw[idx], ts.strong_score[idx], ts.weak_score[idx]))
         if not math.isnan(value):
             out.append(round(value, 4))
     return out
@@ -184,7 +250,7 @@ def fit_head(ts: TrainingSet, cfg: TrainConfig) -> tuple[Head, dict[str, Any]]:
     raw_oof = ((preds - centers) / scales) @ np.asarray(_weights(cfg))
     cdf_raw, cdf_share = empirical_cdf(raw_oof)
     cv: dict[str, Any] = {"id": _summary(_fold_apgr(ts, _combine(preds, tests, cfg), tests, cfg))}
-    if len({r.task for r in ts.rows}) >= cfg.folds:
+    if len({r.task for r in ts.rows[: ts.primary]}) >= cfg.folds:
         tpreds, ttests = _oof(ts, cfg, group_by_task=True)
         cv["task"] = _summary(_fold_apgr(ts, _combine(tpreds, ttests, cfg), ttests, cfg))
     head = Head(
@@ -198,6 +264,11 @@ def fit_head(ts: TrainingSet, cfg: TrainConfig) -> tuple[Head, dict[str, Any]]:
     return head, cv
 
 
+def _file_entry(path: str | Path) -> dict[str, Any]:
+    p = Path(path)
+    return {"path": str(p.resolve()), "name": p.name, "sha256": sha256_file(p)}
+
+
 def train(
     data: Sequence[str | Path],
     out: str | Path,
@@ -206,22 +277,25 @@ def train(
     encoder: Encoder | None = None,
     cache_dir: Path | None = DEFAULT_CACHE_DIR,
     progress: bool = False,
+    pair_data: Sequence[PairFile] = (),
 ) -> tuple[Path, dict[str, Any]]:
     enc = encoder or Encoder.load()
     rows = load_rows(list(data))
     excluded_rows = load_rows(list(exclude)) if exclude else ()
-    ts = prepare(rows, cfg, enc, excluded_rows, cache_dir=cache_dir, progress=progress)
+    extra = [(load_rows(f.path), f.strong, f.weak) for f in pair_data]
+    ts = prepare(rows, cfg, enc, excluded_rows, cache_dir=cache_dir, progress=progress, extra=extra)
     head, cv = fit_head(ts, cfg)
+    extra_counts = Counter(ts.rows[i].task for i in range(ts.primary, len(ts.rows)))
     training = {
-        "files": [
-            {"path": str(Path(p).resolve()), "name": Path(p).name, "sha256": sha256_file(Path(p))}
-            for p in data
-        ],
+        "files": [_file_entry(p) for p in data],
+        "pair_files": [{**_file_entry(f.path), "strong": f.strong, "weak": f.weak} for f in pair_data],
         "exclude": [{"name": Path(p).name, "sha256": sha256_file(Path(p))} for p in exclude],
         "strong": cfg.strong,
         "weak": cfg.weak,
-        "target": "gain = strong score - weak score",
+        "target": "gain = strong score - weak score (each row's own pair)",
         "rows_used": len(ts.rows),
+        "rows_primary": ts.primary,
+        "rows_extra_by_task": dict(sorted(extra_counts.items())),
         "tasks": len({r.task for r in ts.rows}),
         "dropped": ts.dropped,
         "hyper_parameters": {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(cfg).items()},
