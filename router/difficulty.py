@@ -6,11 +6,17 @@
     model.close()
 
 Flow of `score`: LRU cache (keyed by a hash of the text; retries and repeated prompts are common) ->
-micro-batcher -> one dedicated executor thread that tokenizes, runs the int8 encoder (onnxruntime
-releases the GIL, one intra-op thread) and the numpy head. The event loop only appends to a list and
-awaits a future, so routing never blocks it. Batching is "natural": no timer; while one batch runs,
-new requests queue, and the next batch takes all of them (up to `max_batch`), so under load the
-per-call overhead is shared and at low load a request never waits for company.
+a thread-side queue -> the model's one inference thread (its executor), which tokenizes, runs the int8
+encoder (onnxruntime releases the GIL, one intra-op thread) and the numpy head, then hands each result
+back to its caller's loop. The event loop only appends to the queue and awaits a future, so routing
+never blocks it. No timer: a lone request starts at once; requests that queue while the thread is
+busy run next, back to back, and with `max_batch` > 1 the head scores up to that many in one call
+(default 1: see DEFAULT_MAX_BATCH for why). Whatever the batch, the encoder runs one row per
+onnxruntime call: its int8 quantization is dynamic per tensor, so rows sharing a call change each
+other's embedding (on 300 mmlu_dev prompts in runs of 8: |difficulty change| up to 0.145, mean
+0.018), while per-row runs keep a prompt's score what training saw (|change| < 1e-7). Measured on
+the pinned core, a shared call would not buy much anyway: 2.96 ms for one 32-token row, 2.7-2.8 ms
+per row in runs of 2-8 (doc 008).
 
 Loading checks the artifact (router/artifact.py) and that the encoder on this machine produces the
 probe embedding the head was trained with; any fault is a `RouterArtifactError` naming the path.
@@ -20,9 +26,12 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections import OrderedDict
+import os
+import threading
+from collections import OrderedDict, deque
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -32,62 +41,136 @@ from router.artifact_error import RouterArtifactError
 from router.encoder import PROBE_MIN_COSINE, PROBE_TEXT, Encoder, probe_cosine
 from router.text import request_text
 
-__all__ = ["DifficultyModel", "RouterArtifactError", "request_text"]
+__all__ = ["DEFAULT_MAX_BATCH", "DifficultyModel", "RouterArtifactError", "request_text"]
+
+
+# One request per head call by default: a batch answers its first caller only after the others'
+# encoder runs (~3 ms each), and the head's saving (~0.3 ms per extra row) does not pay for that.
+# Interleaved A/B on the pinned core (doc 008): P50 1.5-4 ms lower at 50-100 req/s than batches of
+# up to 16, P99 lower or equal. Larger values trade latency for throughput once the core saturates.
+DEFAULT_MAX_BATCH = 1
 
 
 def _text_key(text: str) -> bytes:
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
 
 
-class _Batcher:
-    """Queues score requests of one event loop and runs them in batches on the model's thread."""
+@dataclass(slots=True)
+class _Job:
+    text: str
+    future: asyncio.Future[float]
+    loop: asyncio.AbstractEventLoop
 
-    def __init__(self, model: DifficultyModel, loop: asyncio.AbstractEventLoop) -> None:
-        self.loop = loop
-        self._model = model
-        self._pending: list[tuple[str, asyncio.Future[float]]] = []
-        self._task: asyncio.Task[None] | None = None
 
-    async def submit(self, text: str) -> float:
-        future: asyncio.Future[float] = self.loop.create_future()
-        self._pending.append((text, future))
-        if self._task is None:
-            self._task = self.loop.create_task(self._drain())
-        return await future
+def _resolve(jobs: Sequence[_Job], values: Sequence[float] | BaseException) -> None:
+    """On the caller's loop: asyncio futures may only be completed from their own loop's thread."""
+    for i, job in enumerate(jobs):
+        if job.future.done():  # the caller was cancelled meanwhile
+            continue
+        if isinstance(values, BaseException):
+            job.future.set_exception(values)
+        else:
+            job.future.set_result(values[i])
 
-    async def _drain(self) -> None:
+
+def _hand_back(jobs: Sequence[_Job], result: Sequence[float] | BaseException) -> None:
+    """From the inference thread: each caller's loop completes its own callers' futures."""
+    for loop in {job.loop for job in jobs}:
+        mine = [i for i, job in enumerate(jobs) if job.loop is loop]
+        values = result if isinstance(result, BaseException) else [result[i] for i in mine]
         try:
-            while self._pending:
-                batch = self._pending[: self._model.max_batch]
-                del self._pending[: self._model.max_batch]
-                texts = [t for t, _ in batch]
-                try:
-                    values = await self.loop.run_in_executor(
-                        self._model.executor, self._model.score_many, texts
-                    )
-                except Exception as exc:  # delivered to every caller of this batch
-                    for _, fut in batch:
-                        if not fut.done():
-                            fut.set_exception(exc)
-                    continue
-                for (_, fut), value in zip(batch, values, strict=True):
-                    if not fut.done():  # the caller may have been cancelled meanwhile
-                        fut.set_result(value)
-        finally:
-            self._task = None
+            loop.call_soon_threadsafe(_resolve, [jobs[i] for i in mine], values)
+        except RuntimeError:  # that loop is closed: nobody is waiting any more
+            pass
+
+
+class _Batcher:
+    """A thread-side queue of score requests, drained in batches on the model's one inference thread.
+
+    `submit` (on any event loop) appends under a lock and, when no drain is running, submits one to
+    the executor. The drain takes up to `max_batch` queued requests, scores them, hands the results
+    back to each caller's loop with `call_soon_threadsafe`, and goes straight on to whatever queued
+    meanwhile; when the queue is empty it ends (no spinning, no timer). So a lone request starts at
+    once, and the thread never waits for a busy event loop between batches (a loop-side batcher needs
+    a loop round trip per batch). The executor stays the one inference thread: the semantic cache's
+    embedding jobs, submitted to it directly, run between drains.
+    """
+
+    def __init__(self, model: DifficultyModel) -> None:
+        self._model = model
+        self._lock = threading.Lock()
+        self._pending: deque[_Job] = deque()
+        self._draining = False
+
+    def submit(self, text: str) -> asyncio.Future[float]:
+        loop = asyncio.get_running_loop()
+        job = _Job(text, loop.create_future(), loop)
+        with self._lock:
+            self._pending.append(job)
+            start, self._draining = not self._draining, True
+        if start:
+            try:
+                self._model.executor.submit(self._drain)
+            except RuntimeError:  # executor shut down (model closed): fail instead of hanging
+                with self._lock:
+                    self._draining = False
+                    self._pending.remove(job)
+                raise
+        return job.future
+
+    def _drain(self) -> None:
+        while True:
+            with self._lock:
+                if not self._pending:
+                    self._draining = False
+                    return
+                take = min(len(self._pending), self._model.max_batch)
+                batch = [self._pending.popleft() for _ in range(take)]
+            # Cancelled callers are not scored. `done()` read off-loop can only lag: a caller cancelled
+            # just after this check is scored and its result dropped by `_resolve`.
+            live = [job for job in batch if not job.future.done()]
+            if not live:
+                continue
+            result: list[float] | BaseException
+            try:
+                result = self._model.score_many([job.text for job in live])
+            except Exception as exc:  # delivered to every caller of this batch
+                result = exc
+            _hand_back(live, result)
+            # Let the woken loop deliver now. On a shared core it needs the CPU and then the GIL, and
+            # without this it often gets both only when the next row's encoder run releases them,
+            # ~3 ms later (interleaved A/B, doc 008: P99 of the hop back to the caller 2.9-5.1 ms
+            # without, 0.6-4.0 ms with). One syscall per batch; the GIL is released around it.
+            os.sched_yield()
+
+    def fail_pending(self) -> None:
+        """After the executor shut down: a drain it cancelled before it started leaves callers
+        queued; answer them instead of leaving them waiting forever."""
+        with self._lock:
+            left = list(self._pending)
+            self._pending.clear()
+            self._draining = False
+        _hand_back(left, RuntimeError("difficulty model closed"))
 
 
 class DifficultyModel:
     """A loaded artifact + encoder. Build one per process (app lifespan); `close()` on shutdown."""
 
-    def __init__(self, artifact: Artifact, encoder: Encoder, *, cache_size: int = 4096, max_batch: int = 16):
+    def __init__(
+        self,
+        artifact: Artifact,
+        encoder: Encoder,
+        *,
+        cache_size: int = 4096,
+        max_batch: int = DEFAULT_MAX_BATCH,
+    ):
         self.artifact = artifact
         self.encoder = encoder
         self.max_batch = max_batch
         self._cache_size = cache_size
         self._cache: OrderedDict[bytes, float] = OrderedDict()
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="router-difficulty")
-        self._batcher: _Batcher | None = None
+        self._batcher = _Batcher(self)
 
     @classmethod
     def load(
@@ -96,7 +179,7 @@ class DifficultyModel:
         *,
         encoder_path: str | Path | None = None,
         cache_size: int = 4096,
-        max_batch: int = 16,
+        max_batch: int = DEFAULT_MAX_BATCH,
     ) -> DifficultyModel:
         """`path=None` loads the shipped default artifact; `encoder_path=None` the built encoder."""
         artifact = load_artifact(path)
@@ -148,9 +231,6 @@ class DifficultyModel:
         if cached is not None:
             self._cache.move_to_end(key)
             return cached
-        loop = asyncio.get_running_loop()
-        if self._batcher is None or self._batcher.loop is not loop:
-            self._batcher = _Batcher(self, loop)
         value = await self._batcher.submit(text)
         if self._cache_size > 0:
             self._cache[key] = value
@@ -160,4 +240,5 @@ class DifficultyModel:
 
     def close(self) -> None:
         self.executor.shutdown(wait=True, cancel_futures=True)
+        self._batcher.fail_pending()
         self._cache.clear()
