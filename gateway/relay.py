@@ -300,6 +300,9 @@ class Relay:
                 pending = admitting = self._admissions.speculate(admission)
                 admitting.add_done_callback(req.on_admission)
                 req.speculating = True
+                # One loop turn lets the admission task write its script call now, so Redis works on
+                # it while this task builds and sends the pool request (tasks start a turn later).
+                await asyncio.sleep(0)
             else:
                 with self._trace.span("rate_limit"):
                     pending = ticket = await admission
