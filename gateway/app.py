@@ -64,7 +64,7 @@ from gateway.routing import build_routed
 from gateway.runtime import build as build_components
 from gateway.settings import Settings
 from gateway.tracing import TraceHooks
-from gateway.upstream import PoolClient, new_session
+from gateway.upstream import PoolClient, metrics_fetch, new_session
 
 RELAY_PATHS = {
     "/v1/chat/completions": Kind.CHAT,
@@ -144,10 +144,11 @@ class GatewayApp:
         }
         session = new_session(self.settings.upstream_pool_size)
         h1 = H1Client() if self.settings.upstream_client == "h1" else None
-        control = httpx.AsyncClient(timeout=5.0)  # scraping and discovery (control plane)
+        control = httpx.AsyncClient(timeout=5.0)  # scraping TLS replicas, discovery (control plane)
+        fetch = metrics_fetch(h1, control)
         for name, pool in pools.items():
             pool.replicas.on_wait = parts.metrics.queue_wait.labels(name).observe
-            pool.start(control)
+            pool.start(fetch)
         parts.metrics.registry.register(PoolsCollector({n: p.replicas for n, p in pools.items()}))
         await parts.start()
         if self.cache is not None:

@@ -297,7 +297,7 @@ class _HostPool:
 
 
 class H1Client:
-    """POSTs over pooled keep-alive connections, one pool per replica base URL."""
+    """Requests over pooled keep-alive connections, one pool per replica base URL."""
 
     def __init__(self, max_idle_per_host: int = 256) -> None:
         self._pools: dict[str, tuple[_HostPool, bytes]] = {}
@@ -338,9 +338,24 @@ class H1Client:
         total_s: float,
     ) -> Response:
         """Send the request and wait for the response's status and headers (not its body)."""
+        return await self._request(b"POST ", (base, path), headers, body, (connect_s, total_s))
+
+    async def get(self, base: str, path: str, *, connect_s: float, total_s: float) -> Response:
+        """A GET (the replicas' /metrics scrape), like `post`."""
+        return await self._request(b"GET ", (base, path), {}, b"", (connect_s, total_s))
+
+    async def _request(
+        self,
+        method: bytes,
+        target: tuple[str, str],
+        headers: dict[str, str],
+        body: bytes,
+        limits: tuple[float, float],
+    ) -> Response:
+        (base, path), (connect_s, total_s) = target, limits
         pool, prefix = self._pool(base)
         head = [
-            b"POST ",
+            method,
             prefix,
             path.encode(),
             b" HTTP/1.1\r\nhost: ",

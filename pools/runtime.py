@@ -1,6 +1,6 @@
 """The running side of one pool: discovery and scraping tasks around a `ReplicaPool`.
 
-Built by the gateway in its lifespan with a shared httpx client (control plane); `start` spawns
+Built by the gateway in its lifespan with the scrape's HTTP GET (`pools.scraper.Fetch`); `start` spawns
 the tasks, `close` cancels them. After each scrape round the pool dispatches held requests, since
 fresh load or an elapsed breaker timer may have made a replica eligible.
 """
@@ -12,11 +12,9 @@ import contextlib
 import logging
 from collections.abc import Sequence
 
-import httpx
-
 from pools.discovery import Discovery
 from pools.pool import ReplicaPool
-from pools.scraper import Scraper
+from pools.scraper import Fetch, Scraper
 
 log = logging.getLogger(__name__)
 
@@ -41,10 +39,10 @@ class PoolRuntime:
             self.pool.dispatch()
             await asyncio.sleep(interval)
 
-    def start(self, http: httpx.AsyncClient) -> None:
+    def start(self, fetch: Fetch) -> None:
         self._tasks.append(asyncio.create_task(self._discovery.run(self._update)))
         if self._scrape:
-            scraper = Scraper(lambda: self.pool.replicas, http, self.pool.balancing.scrape_interval_s)
+            scraper = Scraper(lambda: self.pool.replicas, fetch, self.pool.balancing.scrape_interval_s)
             self._tasks.append(asyncio.create_task(self._scrape_forever(scraper)))
         else:
             self._tasks.append(asyncio.create_task(self._tick()))

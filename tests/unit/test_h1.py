@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
+import httpx
 import pytest
 
 from gateway.h1 import BadResponse, ConnectFailed, Disconnected, H1Client
+from gateway.upstream import metrics_fetch
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
@@ -202,3 +204,35 @@ async def test_a_body_larger_than_the_read_buffer_is_read_whole_or_in_pieces() -
     resp.release()
     client.close()
     server.close()
+
+
+async def test_metrics_fetch_gets_over_the_lean_client_and_maps_failures_to_none() -> None:
+    seen: list[bytes] = []
+
+    async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        while True:
+            try:
+                req = await _read_request(r)
+            except asyncio.IncompleteReadError:
+                break
+            seen.append(req)
+            if b"/missing" in req:
+                w.write(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n")
+            else:
+                w.write(_ok(b"vllm:num_requests_waiting 2\n"))
+            await w.drain()
+        w.close()
+
+    server, base = await _serve(handler)
+    h1 = H1Client()
+    async with httpx.AsyncClient() as control:
+        fetch = metrics_fetch(h1, control)
+        assert await fetch(base, "/metrics", 1.0) == "vllm:num_requests_waiting 2\n"
+        assert await fetch(base, "/metrics", 1.0) is not None  # same keep-alive connection
+        assert await fetch(base, "/missing", 1.0) is None
+        server.close()
+        await server.wait_closed()
+        assert await fetch("http://127.0.0.1:9", "/metrics", 0.5) is None  # refused
+    assert seen[0].startswith(b"GET /metrics HTTP/1.1\r\n")
+    assert len(seen) == 3
+    h1.close()

@@ -7,7 +7,7 @@ import httpx
 
 from pools.breaker import Breaker, State
 from pools.replica import Replica
-from pools.scraper import Scraper
+from pools.scraper import Scraper, httpx_fetch
 
 PAGE = 'vllm:num_requests_waiting{model_name="m"} 4\nvllm:kv_cache_usage_perc{model_name="m"} 0.5\n'
 
@@ -24,7 +24,7 @@ async def test_scrape_sets_load_and_failures_keep_the_last_one() -> None:
     replicas = [Replica("http://a:1", Breaker(1, 10)), Replica("http://b:1", Breaker(1, 10))]
     now = [100.0]
     async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
-        scraper = Scraper(lambda: replicas, client, interval_s=0.5, clock=lambda: now[0])
+        scraper = Scraper(lambda: replicas, httpx_fetch(client), interval_s=0.5, clock=lambda: now[0])
         await scraper.scrape_all()
         a, b = replicas
         assert a.load is not None and (a.load.waiting, a.load.kv_usage, a.load.at) == (4, 0.5, 100.0)
