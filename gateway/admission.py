@@ -121,6 +121,7 @@ class Admissions:
         self._speculate = spec.enabled and config.backend == "redis"
         self._min_headroom = spec.min_headroom
         self._memory_s = spec.memory_s
+        self._max_inflight = spec.max_inflight
         self._recent: OrderedDict[str, float] = OrderedDict()  # key id -> until when it may speculate
         self._spec_admitted = metrics.limit_speculation.labels("admitted")
         self._spec_refused = metrics.limit_speculation.labels("refused")
@@ -182,8 +183,10 @@ class Admissions:
     def may_speculate(self, tenant: Tenant) -> bool:
         """True when the key's last admission here, at most `memory_s` ago, left every rule at least
         `min_headroom` of its limit: its next admission will almost surely be granted too, so the pool
-        call need not wait for it (a refusal then still cancels the call before anything is sent)."""
-        if not self._speculate:
+        call need not wait for it (a refusal then still cancels the call before anything is sent).
+        Only while fewer than `max_inflight` admitted requests run here: a busy loop has other work to
+        do during the round trip, and then the extra task is pure cost."""
+        if not self._speculate or len(self._active) >= self._max_inflight:
             return False
         until = self._recent.get(tenant.key_id)
         return until is not None and until > monotonic()

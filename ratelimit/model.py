@@ -155,6 +155,12 @@ class SpeculativeAdmission(_Frozen):
     memory_s: float = Field(
         1.0, gt=0, le=60, description="how long a key's last admission counts as recent enough to speculate"
     )
+    max_inflight: int = Field(
+        4,
+        ge=1,
+        description="speculate only while this process has fewer admitted requests in flight: with more, "
+        "its core is busy during the round trip anyway and the extra task costs more than it hides",
+    )
 
 
 class LimitsConfig(_Frozen):

@@ -57,12 +57,13 @@ class FakeLimiter:
 
 
 def admissions(limiter: FakeLimiter, **speculative: Any) -> Admissions:
+    speculative.setdefault("max_inflight", 100)  # these tests admit without settling
     config = LimitsConfig.model_validate({"backend": "redis", "speculative": speculative})
     return Admissions(config, limiter, Metrics(default_policy()))
 
 
-async def admit(a: Admissions) -> None:
-    await a.admit("req", TENANT, "pool", 10, 10, False)
+async def admit(a: Admissions, request_id: str = "req") -> None:
+    await a.admit(request_id, TENANT, "pool", 10, 10, False)
 
 
 async def test_off_unless_enabled_with_a_remote_backend() -> None:
@@ -104,6 +105,17 @@ async def test_needs_a_recent_admission_with_headroom_at_every_enforced_rule() -
     assert not a.may_speculate(TENANT)
 
 
+async def test_not_while_max_inflight_requests_run_here() -> None:
+    limiter = FakeLimiter()
+    a = admissions(limiter, enabled=True, max_inflight=2)
+    limiter.next()
+    await admit(a, "r1")  # admitted, not settled: one request in flight
+    assert a.may_speculate(TENANT)
+    limiter.next()
+    await admit(a, "r2")  # two in flight: a busy loop gains nothing from overlapping the round trip
+    assert not a.may_speculate(TENANT)
+
+
 async def test_knowledge_expires_after_memory_s() -> None:
     limiter = FakeLimiter()
     a = admissions(limiter, enabled=True, memory_s=0.05)
@@ -132,6 +144,6 @@ async def test_speculative_outcomes_are_counted() -> None:
 
 
 def test_config_rejects_bad_values() -> None:
-    for bad in ({"min_headroom": 0}, {"min_headroom": 1}, {"memory_s": 0}, {"nope": 1}):
+    for bad in ({"min_headroom": 0}, {"min_headroom": 1}, {"memory_s": 0}, {"max_inflight": 0}, {"nope": 1}):
         with pytest.raises(ValueError):
             LimitsConfig.model_validate({"speculative": bad})
