@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import OrderedDict
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from time import monotonic, perf_counter
 from typing import Any
@@ -211,6 +211,19 @@ class Admissions:
         task = asyncio.ensure_future(admission)
         task.add_done_callback(self._count_speculation)
         return task
+
+    def granted(self, admitting: asyncio.Task[Ticket], then: Callable[[Ticket], None]) -> Ticket | None:
+        """The ticket of a speculative admission whose request has ended: None if it was refused; if it
+        is still in flight (the request ended first), None now and `then(ticket)` once it is granted,
+        since a granted reservation must be settled whoever is left to care."""
+        if not admitting.done():
+            admitting.add_done_callback(
+                lambda t: None if t.cancelled() or t.exception() else then(t.result())
+            )
+            return None
+        if admitting.cancelled() or admitting.exception() is not None:
+            return None
+        return admitting.result()
 
     def _count_speculation(self, task: asyncio.Task[Ticket]) -> None:
         if not task.cancelled():

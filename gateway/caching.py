@@ -21,7 +21,7 @@ from time import perf_counter
 from typing import Any
 
 from cache.commands import Embedder
-from cache.entry import split_question, with_question
+from cache.entry import assemble, split_question, with_question
 from cache.exact import ExactStore, MemoryExactStore, RedisExactStore
 from cache.key import exact_key, semantic_scope
 from cache.policy import HEADER_VALUES, uses_cache
@@ -198,6 +198,21 @@ class ResponseCache:
         if usage is not None:
             self._metrics.cache_saved_tokens.labels(alias, "input").inc(usage[0])
             self._metrics.cache_saved_tokens.labels(alias, "output").inc(usage[1])
+
+    def remember(self, look: Lookup, stream: bool, data: bytes, usage_in: int, usage_out: int) -> None:
+        """Store a successful answer: the pool's bytes, or the answer assembled from the stream."""
+        if stream or data.startswith(b"data:"):
+            usage = {
+                "prompt_tokens": usage_in,
+                "completion_tokens": usage_out,
+                "total_tokens": usage_in + usage_out,
+            }
+            entry = assemble(look.chat, data, usage)
+            if entry is None:
+                return
+        else:
+            entry = data
+        self.put(look, entry)
 
     def put(self, look: Lookup, entry: bytes) -> None:
         """Store an answer in the background (the client already has it)."""

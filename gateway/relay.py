@@ -23,7 +23,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from cache.entry import assemble, replay, usage_of
+from cache.entry import replay, usage_of
 from gateway.admission import Admissions, Ticket
 from gateway.auth import Authenticator
 from gateway.caching import BYPASS, MISS, Lookup, ResponseCache
@@ -56,7 +56,7 @@ from gateway.normalize import Kind, alias_of, estimate_input_tokens, parse_body,
 from gateway.observe import Observer
 from gateway.route import Route
 from gateway.routing import RoutedAlias
-from gateway.sse import DONE, SSESplitter
+from gateway.sse import SSESplitter, error_event
 from gateway.upstream import PoolClient
 from pools.replica import Replica
 from ratelimit.model import Tenant
@@ -69,11 +69,8 @@ _SSE_HEADERS = [
 ]
 # Held requests (pool admission) are served by tier priority, then in arrival order.
 _PRIORITY = {"premium": 1, "standard": 0}
-_SHUTDOWN_TAIL = (
-    b"data: "
-    + UpstreamUnavailableError("the gateway is shutting down; retry the request").body()
-    + b"\n\n"
-    + DONE
+_SHUTDOWN_TAIL = error_event(
+    UpstreamUnavailableError("the gateway is shutting down; retry the request").body()
 )
 
 
@@ -333,7 +330,7 @@ class Relay:
             finally:
                 inflight.dec()
             if look is not None and status == 200 and not req.broken and self._cache is not None:
-                self._remember(look, stream, req)
+                self._cache.remember(look, stream, b"".join(req.capture or ()), req.usage_in, req.usage_out)
         except GatewayError as err:
             status = err.status
             req.done()
@@ -358,7 +355,8 @@ class Relay:
             req.done()
             req.speculating = False
             if admitting is not None:
-                ticket = self._granted_ticket(admitting, req, status)
+                # Refused: nothing to settle. Still in flight (the request ended first): settle on arrival.
+                ticket = self._admissions.granted(admitting, lambda t: self._settle(t, req, status))
             if ticket is not None:
                 self._settle(ticket, req, status)
             if hit_alias is not None:
@@ -378,20 +376,6 @@ class Relay:
         elif not req.reported:
             req.usage_in = ticket.input_estimate  # the client left: the prompt was processed
         self._admissions.settle(ticket, req.usage_in, req.usage_out)
-
-    def _granted_ticket(self, admitting: asyncio.Task[Ticket], req: Exchange, status: int) -> Ticket | None:
-        """A speculative admission's ticket to settle now; None if it was refused, or if it is still in
-        flight (the request ended first: upstream failure, client gone), then it is settled on arrival."""
-        if not admitting.done():
-            admitting.add_done_callback(lambda t: self._settle_late(t, req, status))
-            return None
-        if admitting.cancelled() or admitting.exception() is not None:
-            return None
-        return admitting.result()
-
-    def _settle_late(self, admitting: asyncio.Task[Ticket], req: Exchange, status: int) -> None:
-        if not admitting.cancelled() and admitting.exception() is None:
-            self._settle(admitting.result(), req, status)
 
     async def _granted(self, pending: Ticket | asyncio.Task[Ticket], req: Exchange) -> Ticket:
         """The ticket, once the pool answered: a speculative admission is awaited here, before anything
@@ -440,23 +424,6 @@ class Relay:
         if req.capture is not None:
             req.capture.append(data)
         return 200
-
-    def _remember(self, look: Lookup, stream: bool, req: Exchange) -> None:
-        """Store a successful answer: the pool's bytes, or the answer assembled from the stream."""
-        assert self._cache is not None
-        data = b"".join(req.capture or ())
-        if stream or data.startswith(b"data:"):
-            usage = {
-                "prompt_tokens": req.usage_in,
-                "completion_tokens": req.usage_out,
-                "total_tokens": req.usage_in + req.usage_out,
-            }
-            entry = assemble(look.chat, data, usage)
-            if entry is None:
-                return
-        else:
-            entry = data
-        self._cache.put(look, entry)
 
     async def _unary(
         self,
@@ -563,12 +530,12 @@ class Relay:
                     if (
                         topup
                         and ticket.topping_up
-                        and _produced(splitter) >= ticket.output_reserved
+                        and splitter.produced >= ticket.output_reserved
                         and not splitter.saw_done
                     ):
                         if not await self._admissions.top_up(ticket):
                             # The budget refuses more: stop the pool, end the stream like max_tokens would.
-                            tail = _length_tail(kind, splitter, client_usage, choices)
+                            tail = splitter.length_tail(kind is Kind.CHAT, client_usage, choices)
                             break
                     chunk = await read()
                     if not chunk:
@@ -585,12 +552,14 @@ class Relay:
                 if not splitter.saw_done and not tail:
                     self._metrics.upstream_errors.labels(cfg.name, "truncated_stream").inc()
                     verdict = "fail"
-                    tail = _error_event(UpstreamError(f"pool '{cfg.name}' ended the stream without [DONE]"))
+                    tail = error_event(
+                        UpstreamError(f"pool '{cfg.name}' ended the stream without [DONE]").body()
+                    )
                 elif splitter.saw_done:
                     verdict = "ok"
             except UPSTREAM_FAILURES as exc:
                 verdict = "fail"
-                tail = _error_event(self._calls.failed(pool, exc))
+                tail = error_event(self._calls.failed(pool, exc).body())
             except asyncio.CancelledError:
                 if not req.client_gone:
                     # Shutdown after the drain period: end the stream the way the client understands.
@@ -621,33 +590,3 @@ class Relay:
                     resp.release()
                 else:
                     resp.close()
-
-
-def _produced(splitter: SSESplitter) -> int:
-    usage = splitter.usage
-    if usage is not None:
-        ct = usage.get("completion_tokens")
-        if isinstance(ct, int):
-            return ct
-    return splitter.events
-
-
-def _length_tail(kind: Kind, splitter: SSESplitter, client_usage: bool, choices: int) -> bytes:
-    """The end of a stream cut by the budget: a `finish_reason: "length"` chunk, usage, [DONE]."""
-    meta = splitter.meta or {}
-    head = {k: meta[k] for k in ("id", "object", "created", "model") if k in meta}
-    out = b""
-    for i in range(choices):
-        choice: dict[str, Any] = (
-            {"index": i, "delta": {}, "logprobs": None, "finish_reason": "length"}
-            if kind is Kind.CHAT
-            else {"index": i, "text": "", "logprobs": None, "finish_reason": "length"}
-        )
-        out += b"data: " + orjson.dumps({**head, "choices": [choice]}) + b"\n\n"
-    if client_usage and splitter.usage is not None:
-        out += b"data: " + orjson.dumps({**head, "choices": [], "usage": splitter.usage}) + b"\n\n"
-    return out + DONE
-
-
-def _error_event(err: GatewayError) -> bytes:
-    return b"data: " + err.body() + b"\n\n" + DONE

@@ -17,6 +17,11 @@ DONE = b"data: [DONE]\n\n"
 _SEP = b"\n\n"
 
 
+def error_event(body: bytes) -> bytes:
+    """A stream's last words after it failed: an OpenAI error object as an event, then [DONE]."""
+    return b"data: " + body + _SEP + DONE
+
+
 def _non_null_usage_at(part: bytes, start: int = 0) -> int:
     """Index of a `"usage":{` (spaces allowed) in `part`, or -1. `"usage":null` does not count."""
     i = part.find(b'"usage"', start)
@@ -67,6 +72,32 @@ class SSESplitter:
         self.error: dict[str, Any] | None = None  # an error event the pool sent mid-stream
         self.events = 0  # output events forwarded
         self.meta: dict[str, Any] | None = None  # id/object/created/model of a parsed chunk
+
+    @property
+    def produced(self) -> int:
+        """Output tokens so far: the pool's cumulative usage when it reports one, else events seen."""
+        usage = self.usage
+        if usage is not None:
+            ct = usage.get("completion_tokens")
+            if isinstance(ct, int):
+                return ct
+        return self.events
+
+    def length_tail(self, chat: bool, client_usage: bool, choices: int) -> bytes:
+        """The end of a stream cut by the budget: a `finish_reason: "length"` chunk, usage, [DONE]."""
+        meta = self.meta or {}
+        head = {k: meta[k] for k in ("id", "object", "created", "model") if k in meta}
+        out = b""
+        for i in range(choices):
+            choice: dict[str, Any] = (
+                {"index": i, "delta": {}, "logprobs": None, "finish_reason": "length"}
+                if chat
+                else {"index": i, "text": "", "logprobs": None, "finish_reason": "length"}
+            )
+            out += b"data: " + orjson.dumps({**head, "choices": [choice]}) + _SEP
+        if client_usage and self.usage is not None:
+            out += b"data: " + orjson.dumps({**head, "choices": [], "usage": self.usage}) + _SEP
+        return out + DONE
 
     def feed(self, data: bytes) -> tuple[bytes, bool]:
         """Complete events to forward now, and whether any of them carried generated output."""
