@@ -112,6 +112,11 @@ class Exchange:
             if self.task is not None:
                 self.task.cancel()
 
+    def speculate(self, admission: asyncio.Future[Any]) -> None:
+        """The pool is called while `admission` is in flight: its refusal must stop that call."""
+        self.speculating = True
+        admission.add_done_callback(self.on_admission)
+
     def on_admission(self, admission: asyncio.Future[Any]) -> None:
         """Done-callback of a speculative admission: a refusal stops the pool call in flight."""
         if admission.cancelled() or self.finished:

@@ -295,8 +295,7 @@ class Relay:
                 # Call the pool while the reservation is in flight (docs/design/017); nothing reaches
                 # the client before it is granted, and a refusal cancels the call.
                 pending = admitting = self._admissions.speculate(admission)
-                admitting.add_done_callback(req.on_admission)
-                req.speculating = True
+                req.speculate(admitting)
                 # One loop turn lets the admission task write its script call now, so Redis works on
                 # it while this task builds and sends the pool request (tasks start a turn later).
                 await asyncio.sleep(0)

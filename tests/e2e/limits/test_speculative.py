@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 
 import httpx
 import openai
@@ -41,6 +42,13 @@ SPECULATIVE = "{backend: redis, on_backend_error: fail_closed, speculative: {ena
 MESSAGES = [{"role": "user", "content": "Count to ten, please."}]
 
 
+def _policy(tmp_path: Path, urls: list[str], key: TenantKey, org_limits: str) -> Path:
+    """One pool over `urls`, one key of org `acme`, the Redis limiter with speculation on."""
+    return write_policy(
+        tmp_path / "policy.yaml", urls, [key], limits=SPECULATIVE, org_limits={"acme": org_limits}
+    )
+
+
 def _spec_count(url: str, outcome: str) -> float:
     text = httpx.get(f"{url}/metrics", timeout=10).text
     return metric(text, "llmgw_ratelimit_speculative_total", f'outcome="{outcome}"')
@@ -51,13 +59,7 @@ async def test_speculative_requests_are_served_and_settled_exactly(
 ) -> None:
     sim = sims("sim", "--profile", "instant")
     key = TenantKey.new("spec", "acme", "spec")
-    policy = write_policy(
-        tmp_path / "policy.yaml",
-        [sim],
-        [key],
-        limits=SPECULATIVE,
-        org_limits={"acme": "{tokens_per_min: 1000000, requests_per_min: 100000}"},
-    )
+    policy = _policy(tmp_path, [sim], key, "{tokens_per_min: 1000000, requests_per_min: 100000}")
     r = redis.Redis.from_url(redis_server.url)
     with gateway(policy, redis_server.url, tmp_path / "gateway.log") as (url, _):
         client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key=key.key, max_retries=0)
@@ -107,13 +109,7 @@ async def test_speculative_refusal_cancels_the_pool_call(
     sim = sims("sim-slow", "--profile", "instant", "--step-base-ms", "50")
     key = TenantKey.new("spec", "acme", "spec")
     tokens = 3000
-    policy = write_policy(
-        tmp_path / "policy.yaml",
-        [sim],
-        [key],
-        limits=SPECULATIVE,
-        org_limits={"acme": f"{{tokens_per_min: {tokens}}}"},
-    )
+    policy = _policy(tmp_path, [sim], key, f"{{tokens_per_min: {tokens}}}")
     r = redis.Redis.from_url(redis_server.url)
     with (
         gateway(policy, redis_server.url, tmp_path / "gateway-a.log") as (url_a, _),
@@ -182,13 +178,7 @@ async def test_a_speculative_request_whose_pool_fails_first_leaks_nothing(
     # so the ticket arrives before or after the request ended; either way it must be settled (to 0).
     dead = f"http://127.0.0.1:{free_port()}"
     key = TenantKey.new("spec", "acme", "spec")
-    policy = write_policy(
-        tmp_path / "policy.yaml",
-        [dead],
-        [key],
-        limits=SPECULATIVE,
-        org_limits={"acme": "{tokens_per_min: 1000000}"},
-    )
+    policy = _policy(tmp_path, [dead], key, "{tokens_per_min: 1000000}")
     r = redis.Redis.from_url(redis_server.url)
     with gateway(policy, redis_server.url, tmp_path / "gateway.log") as (url, _):
         client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key=key.key, max_retries=0)
