@@ -55,6 +55,10 @@ def serve(config: str | None, host: str | None, port: int | None, workers: int |
         loop="uvloop",
         http="httptools",
         access_log=False,
+        # Nothing here reads the client address (`scope["client"]`), so uvicorn's X-Forwarded-For
+        # rewriting middleware would be a coroutine layer per request for nothing; no `server` header.
+        proxy_headers=False,
+        server_header=False,
         log_level=settings.log_level,
         timeout_graceful_shutdown=int(settings.drain_seconds),
         lifespan="on",

@@ -27,7 +27,6 @@ from ratelimit.model import SUB_WINDOWS, Admission, Decision, Dimension, Reserva
 from ratelimit.windows import (
     DEFAULT_SUB_WINDOW_MS,
     Check,
-    RuleOutcome,
     build_decision,
     choose_refusal,
     kind_of,
@@ -126,11 +125,14 @@ class MemoryBackend:
         if refused < 0:
             for rule, check in zip(admission.rules, checks, strict=True):
                 self._book(rule).lease(admission.request_id, check.cost, t + self._lease_ms)
-        outcomes = []
-        for rule, check in zip(admission.rules, checks, strict=True):
-            remaining, reset_ms = check.state(check.cost if refused < 0 else 0, t, cur, self._sub_ms)
-            outcomes.append(RuleOutcome(remaining, reset_ms, rule.shadow and not check.fits))
-        return build_decision(admission, refused, retry_ms, outcomes)
+        remaining: list[int] = []
+        reset: list[int] = []
+        for check in checks:
+            left, reset_ms = check.state(check.cost if refused < 0 else 0, t, cur, self._sub_ms)
+            remaining.append(left)
+            reset.append(reset_ms)
+        shadow = [rule.shadow and not check.fits for rule, check in zip(admission.rules, checks, strict=True)]
+        return build_decision(admission, refused, retry_ms, remaining, reset, shadow)
 
     async def top_up(self, reservation: Reservation, extra: Mapping[Dimension, int]) -> bool:
         t = self._now_ms()

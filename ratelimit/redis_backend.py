@@ -45,7 +45,7 @@ from ratelimit.errors import BackendUnavailable
 from ratelimit.keys import rule_key
 from ratelimit.model import SUB_WINDOWS, Admission, Decision, Dimension, Priority, Reservation, Rule
 from ratelimit.resp import RespClient
-from ratelimit.windows import DEFAULT_SUB_WINDOW_MS, RuleOutcome, build_decision, kind_of
+from ratelimit.windows import DEFAULT_SUB_WINDOW_MS, build_decision, kind_of
 
 SCRIPTS = ("admit_v4", "top_up_v4", "settle_v4", "renew_v3")
 # Reservations per renew call: keeps one script run short (other clients wait while it runs).
@@ -196,12 +196,11 @@ class RedisBackend:
         args = self._head(admission.request_id)
         args.append(c.specs(admission.cost, admission.priority))
         reply = await self._run("admit_v4", c.keys, args)
-        allowed, t_ms, refused, retry_ms = (int(x) for x in reply[:4])
-        outcomes = [
-            RuleOutcome(int(reply[j]), int(reply[j + 1]), bool(int(reply[j + 2])))
-            for j in range(4, 4 + 3 * len(admission.rules), 3)
-        ]
-        return build_decision(admission, -1 if allowed else refused - 1, retry_ms, outcomes)
+        # Integers as hiredis parsed them: allowed, t, refused, retry, then per rule remaining, reset, shadow.
+        allowed, _, refused, retry_ms = reply[:4]
+        return build_decision(
+            admission, -1 if allowed else refused - 1, retry_ms, reply[4::3], reply[5::3], reply[6::3]
+        )
 
     async def top_up(self, reservation: Reservation, extra: Mapping[Dimension, int]) -> bool:
         c = self._compiled(reservation.rules)

@@ -17,6 +17,7 @@ import calendar
 import datetime as dt
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import compress
 
 from ratelimit.model import (
     SUB_WINDOWS,
@@ -106,15 +107,6 @@ class Check:
         return remaining, (newest + len(self.counts)) * sub_ms - t_ms
 
 
-@dataclass(frozen=True, slots=True)
-class RuleOutcome:
-    """One rule's part of a decision, as both backends report it."""
-
-    remaining: int
-    reset_ms: int
-    shadow_refused: bool
-
-
 def choose_refusal(admission: Admission, retry_ms: Sequence[int | None]) -> tuple[int, int]:
     """(index, retry ms) of the refusing non-shadow rule that binds longest (ties: the first), or (-1, 0).
 
@@ -129,16 +121,20 @@ def choose_refusal(admission: Admission, retry_ms: Sequence[int | None]) -> tupl
 
 
 def build_decision(
-    admission: Admission, refused: int, retry_ms: int, outcomes: Sequence[RuleOutcome]
+    admission: Admission,
+    refused: int,
+    retry_ms: int,
+    remaining: Sequence[int],
+    reset_ms: Sequence[int],
+    shadow_refused: Sequence[int],
 ) -> Decision:
-    states = tuple(
-        RuleState(rule, o.remaining, o.reset_ms / 1000)
-        for rule, o in zip(admission.rules, outcomes, strict=True)
-    )
-    shadow = tuple(rule for rule, o in zip(admission.rules, outcomes, strict=True) if o.shadow_refused)
+    """A decision from both backends' per-rule outcomes, given as parallel sequences in rule order
+    (the Redis backend slices them straight out of the script's flat reply): what remains at each
+    rule, when it is back to its full allowance, and whether a shadow rule would have refused."""
+    rules = admission.rules
+    states = tuple(map(RuleState, rules, remaining, [ms / 1000 for ms in reset_ms]))
+    shadow = tuple(compress(rules, shadow_refused)) if any(shadow_refused) else ()
     if refused >= 0:
-        return Decision(
-            False, None, states, admission.rules[refused], max(retry_ms, 1) / 1000, shadow_refusals=shadow
-        )
-    reservation = Reservation(admission.request_id, admission.rules, dict(admission.cost), admission.priority)
+        return Decision(False, None, states, rules[refused], max(retry_ms, 1) / 1000, shadow_refusals=shadow)
+    reservation = Reservation(admission.request_id, rules, dict(admission.cost), admission.priority)
     return Decision(True, reservation, states, shadow_refusals=shadow)
