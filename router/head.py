@@ -98,6 +98,8 @@ class KnnComponent:
         n = self.keys.shape[0]
         ks = sorted({min(k, n) for k in self.ks})
         top = ks[-1]
+        if q.shape[0] == 1:  # serving: one request per call (difficulty.DEFAULT_MAX_BATCH)
+            return np.array([self._predict_one(q[0], ks, top)], dtype=np.float64)
         out = np.empty(q.shape[0], dtype=np.float64)
         # Blocks bound the (block, n) similarity matrix when scoring a whole dataset.
         for start in range(0, q.shape[0], 256):
@@ -112,6 +114,20 @@ class KnnComponent:
             csum = np.cumsum(ranked, axis=1)
             out[start : start + 256] = np.mean([csum[:, k - 1] / k for k in ks], axis=0)
         return out
+
+    def _predict_one(self, q: F32, ks: Sequence[int], top: int) -> float:
+        """`predict` for one query row, on 1-D arrays: the same steps in the same order (a partition of
+        the negated similarities, a stable sort of the top, prefix sums), so the same neighbours and the
+        same value (tests/unit/test_router_head_fast.py), without the 2-D temporaries and index
+        broadcasting, ~0.1 ms less per request. `keys @ q` is the matrix-vector product of C-ordered
+        keys, the memory-bound part (n x r float32 read once)."""
+        sims = self.keys @ q
+        n = sims.shape[0]
+        neg = np.negative(sims, out=sims)
+        idx = np.argpartition(neg, top - 1)[:top] if top < n else np.arange(n)
+        order = np.argsort(neg[idx], kind="stable")
+        csum = np.cumsum(self.values[idx[order]], dtype=np.float64)
+        return float(np.mean([csum[k - 1] / k for k in ks]))
 
     def arrays(self, prefix: str) -> dict[str, npt.NDArray[Any]]:
         q, scale = quantize_rows(self.keys)
