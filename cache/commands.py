@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from typing import Any, Protocol
 
 Arg = bytes | str | int
@@ -12,7 +13,7 @@ class Commands(Protocol):
     """One Redis command, its reply decoded as RESP (bytes, ints, lists); errors are redis-py's
     exception classes. `ratelimit.resp.RespClient` fits."""
 
-    async def execute(self, *args: Arg) -> Any: ...
+    def execute(self, *args: Arg) -> Awaitable[Any]: ...
 
 
 class Embedder(Protocol):

@@ -51,6 +51,7 @@ SCRIPTS = ("admit_v4", "top_up_v4", "settle_v4", "renew_v3")
 # Reservations per renew call: keeps one script run short (other clients wait while it runs).
 RENEW_BATCH = 200
 SETTLE_BATCH = 200
+_BUSY = ("LOADING", "BUSY", "MASTERDOWN", "TRYAGAIN")
 _UNAVAILABLE = (rexc.ConnectionError, rexc.TimeoutError, rexc.ReadOnlyError, rexc.ClusterDownError, OSError)
 
 T = TypeVar("T")
@@ -102,7 +103,7 @@ class ScriptClient(Protocol):
 
     async def script_load(self, source: str) -> Any: ...
 
-    async def evalsha(self, sha: str, numkeys: int, *args: Any) -> Any: ...
+    def evalsha(self, sha: str, numkeys: int, *args: Any) -> Awaitable[Any]: ...
 
     async def aclose(self) -> None: ...
 
@@ -157,7 +158,7 @@ class RedisBackend:
         except _UNAVAILABLE as e:
             raise BackendUnavailable(f"redis: {type(e).__name__}: {e}") from e
         except rexc.ResponseError as e:
-            if str(e).startswith(("LOADING", "BUSY", "MASTERDOWN", "TRYAGAIN")):
+            if str(e).startswith(_BUSY):
                 raise BackendUnavailable(f"redis: {e}") from e
             raise
 
@@ -166,13 +167,21 @@ class RedisBackend:
             sha = self._sha.get(name)
             if sha is None:
                 sha = self._sha[name] = str(await self._guard(self._redis.script_load(self._source[name])))
+            # `_guard` inlined: this runs twice per request, and every coroutine layer is paid twice
+            # (on the way in and when the reply resumes the chain).
             try:
-                return await self._guard(self._redis.evalsha(sha, len(keys), *keys, *args))
+                return await self._redis.evalsha(sha, len(keys), *keys, *args)
             except rexc.NoScriptError:
                 # Redis restarted or flushed its script cache: load again, once.
                 self._sha.pop(name, None)
                 if attempt:
                     raise
+            except _UNAVAILABLE as e:
+                raise BackendUnavailable(f"redis: {type(e).__name__}: {e}") from e
+            except rexc.ResponseError as e:
+                if str(e).startswith(_BUSY):
+                    raise BackendUnavailable(f"redis: {e}") from e
+                raise
         raise AssertionError("unreachable")
 
     def _compiled(self, rules: tuple[Rule, ...]) -> _Compiled:

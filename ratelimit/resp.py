@@ -18,6 +18,7 @@ import asyncio
 import ssl
 import time
 from collections import deque
+from collections.abc import Awaitable
 from typing import Any
 from urllib.parse import unquote, urlparse
 
@@ -184,16 +185,24 @@ class RespClient:
         self._conn = conn
         return conn
 
-    async def execute(self, *args: Arg) -> Any:
+    def execute(self, *args: Arg) -> Awaitable[Any]:
+        """The reply to one command. On a live connection this is the reply's future itself, with no
+        coroutine around it: the limiter awaits two of these per request on the gateway's hot path."""
+        conn = self._conn
+        if conn is not None and not conn.closed:
+            return conn.send(pack(args))
+        return self._reconnect_then(pack(args))
+
+    async def _reconnect_then(self, payload: bytes) -> Any:
         conn = await self._connection()
-        return await conn.send(pack(args))
+        return await conn.send(payload)
 
     async def script_load(self, source: str) -> str:
         sha = await self.execute("SCRIPT", "LOAD", source)
         return sha.decode() if isinstance(sha, bytes) else str(sha)
 
-    async def evalsha(self, sha: str, numkeys: int, *args: Arg) -> Any:
-        return await self.execute("EVALSHA", sha, numkeys, *args)
+    def evalsha(self, sha: str, numkeys: int, *args: Arg) -> Awaitable[Any]:
+        return self.execute("EVALSHA", sha, numkeys, *args)
 
     async def aclose(self) -> None:
         if self._conn is not None:
