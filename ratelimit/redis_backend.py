@@ -57,6 +57,18 @@ _UNAVAILABLE = (rexc.ConnectionError, rexc.TimeoutError, rexc.ReadOnlyError, rex
 T = TypeVar("T")
 
 
+def _unavailable(e: BaseException) -> BackendUnavailable | None:
+    """Redis unreachable, timed out, read-only or busy: the limiter's failure mode applies. Anything
+    else (a script error, NOSCRIPT) is not an outage and is raised as it is."""
+    if isinstance(e, rexc.NoScriptError):
+        return None
+    if isinstance(e, _UNAVAILABLE):
+        return BackendUnavailable(f"redis: {type(e).__name__}: {e}")
+    if isinstance(e, rexc.ResponseError) and str(e).startswith(_BUSY):
+        return BackendUnavailable(f"redis: {e}")
+    return None
+
+
 def load_script(name: str) -> str:
     lua = resources.files("ratelimit").joinpath("lua")
     return lua.joinpath("lib_v3.lua").read_text() + "\n" + lua.joinpath(f"{name}.lua").read_text()
@@ -153,13 +165,9 @@ class RedisBackend:
     async def _guard(self, call: Awaitable[T]) -> T:
         try:
             return await call
-        except rexc.NoScriptError:
-            raise
-        except _UNAVAILABLE as e:
-            raise BackendUnavailable(f"redis: {type(e).__name__}: {e}") from e
-        except rexc.ResponseError as e:
-            if str(e).startswith(_BUSY):
-                raise BackendUnavailable(f"redis: {e}") from e
+        except (rexc.RedisError, OSError) as e:
+            if (down := _unavailable(e)) is not None:
+                raise down from e
             raise
 
     async def _run(self, name: str, keys: Sequence[str], args: Sequence[str | int]) -> Any:
@@ -176,11 +184,9 @@ class RedisBackend:
                 self._sha.pop(name, None)
                 if attempt:
                     raise
-            except _UNAVAILABLE as e:
-                raise BackendUnavailable(f"redis: {type(e).__name__}: {e}") from e
-            except rexc.ResponseError as e:
-                if str(e).startswith(_BUSY):
-                    raise BackendUnavailable(f"redis: {e}") from e
+            except (rexc.RedisError, OSError) as e:
+                if (down := _unavailable(e)) is not None:
+                    raise down from e
                 raise
         raise AssertionError("unreachable")
 
