@@ -8,7 +8,6 @@ non-streamed request and for a cascade, that the simulator receives the attempt 
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ from gateway.otel import Tracing
 from gateway.settings import Settings
 from tests.support.procs import free_port, running, sim_args, wait_http
 from tests.support.recording_proxy import recording_proxy
+from tests.support.thread_server import uvicorn_in_thread
 
 
 @dataclass
@@ -69,19 +69,13 @@ tenancy:
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     app = GatewayApp(load_policy(str(policy)), Settings(port=gw_port), tracing=Tracing(provider))
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=gw_port, log_level="warning"))
     with (
         running(sim_args(sim_port, "m", "--profile", "instant"), f"http://127.0.0.1:{sim_port}/health"),
         recording_proxy(proxy_port, f"http://127.0.0.1:{sim_port}") as seen,
+        uvicorn_in_thread(uvicorn.Config(app, host="127.0.0.1", port=gw_port, log_level="warning")),
     ):
-        thread = threading.Thread(target=server.run, daemon=True)
-        thread.start()
-        try:
-            wait_http(f"http://127.0.0.1:{gw_port}/readyz")
-            yield Traced(f"http://127.0.0.1:{gw_port}", key, exporter, seen)
-        finally:
-            server.should_exit = True
-            thread.join(15)
+        wait_http(f"http://127.0.0.1:{gw_port}/readyz")
+        yield Traced(f"http://127.0.0.1:{gw_port}", key, exporter, seen)
 
 
 def _trace_of(spans: list[ReadableSpan], root: ReadableSpan) -> list[ReadableSpan]:

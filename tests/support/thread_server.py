@@ -1,13 +1,15 @@
-"""An aiohttp server on its own event loop in a background thread, for fakes that tests drive
-synchronously (the fake upstream, the fake Kubernetes API server)."""
+"""Servers on their own event loop in a background thread: aiohttp for fakes that tests drive
+synchronously (the fake upstream, the fake Kubernetes API server), uvicorn for ASGI apps under test."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+import uvicorn
 from aiohttp import web
 
 
@@ -54,3 +56,21 @@ def serve_in_thread(
         loop.call_soon_threadsafe(loop.stop)
         thread.join(timeout=5)
         loop.close()
+
+
+@contextmanager
+def uvicorn_in_thread(config: uvicorn.Config, what: str = "uvicorn") -> Iterator[uvicorn.Server]:
+    """Run a uvicorn server (its own loop, a background thread) until the block ends."""
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise TimeoutError(f"{what} did not start")
+        time.sleep(0.02)
+    try:
+        yield server
+    finally:
+        server.should_exit = True
+        thread.join(15)

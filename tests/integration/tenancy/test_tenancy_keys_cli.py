@@ -6,8 +6,6 @@ import asyncio
 import io
 import json
 import socket
-import threading
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -19,6 +17,7 @@ from gateway.config import Tenancy
 from gateway.keys import MemoryKeyStore, hash_key
 from ratelimit.model import LimitsConfig
 from tests.integration.tenancy.admin_app import ADMIN, make_app
+from tests.support.thread_server import uvicorn_in_thread
 
 
 def _free_port() -> int:
@@ -32,18 +31,8 @@ def _free_port() -> int:
 def served() -> Iterator[tuple[str, MemoryKeyStore]]:
     store = MemoryKeyStore()
     port = _free_port()
-    server = uvicorn.Server(uvicorn.Config(make_app(store), host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        assert time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.02)
-    try:
+    with uvicorn_in_thread(uvicorn.Config(make_app(store), host="127.0.0.1", port=port, log_level="warning")):
         yield f"http://127.0.0.1:{port}", store
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
 
 
 @pytest.fixture
