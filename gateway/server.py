@@ -15,7 +15,6 @@ import uvicorn
 
 from gateway.app import GatewayApp
 from gateway.config import ConfigError, Policy, default_policy, load_policy
-from gateway.http_protocol import CoalescingHttpToolsProtocol
 from gateway.routing import build_routed
 from gateway.runtime import check_deployment
 from gateway.settings import Settings
@@ -54,7 +53,7 @@ def serve(config: str | None, host: str | None, port: int | None, workers: int |
         host=settings.host,
         port=settings.port,
         loop="uvloop",
-        http=CoalescingHttpToolsProtocol if settings.http_coalesce else "httptools",
+        http="httptools",
         access_log=False,
         # Nothing here reads the client address (`scope["client"]`), so uvicorn's X-Forwarded-For
         # rewriting middleware would be a coroutine layer per request for nothing; no `server` header.

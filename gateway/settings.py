@@ -26,11 +26,6 @@ class Settings(BaseSettings):
         description="client for plain-HTTP replicas: h1 (the lean HTTP/1.1 client, gateway/h1.py) or "
         "aiohttp (TLS replicas always use aiohttp)",
     )
-    http_coalesce: bool = Field(
-        True,
-        description="write a unary response's head and body in one socket write (gateway/http_protocol.py); "
-        "false = uvicorn's stock httptools protocol",
-    )
     gc_threshold: tuple[int, int, int] = Field(
         (20000, 10, 10), description="gc.set_threshold after start-up (see docs/design/003)"
     )
