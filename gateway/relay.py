@@ -113,6 +113,7 @@ class Relay:
         self._admissions = admissions
         self._bytes_per_token = policy.limits.input_bytes_per_token
         self._ids = ids
+        self._running = 0  # requests between arrival and their last byte (gates speculative admission)
         self.observer = observer or Observer(policy, metrics)
         self._trace = self.observer.tracing
         self._calls = PoolCalls(session, metrics, self._trace, h1)
@@ -195,6 +196,7 @@ class Relay:
 
     async def handle(self, kind: Kind, scope: Scope, receive: Receive, send: Send) -> None:
         t0 = perf_counter()
+        self._running += 1
         h = RequestHeaders(scope)
         rid = self._ids.accept(h.request_id)
         req = Exchange()
@@ -290,7 +292,7 @@ class Relay:
             if (
                 decided is None
                 and route.pool.config.engine == "vllm"  # no speculative calls to billed APIs
-                and self._admissions.may_speculate(tenant)
+                and self._admissions.may_speculate(tenant, self._running)
             ):
                 # Call the pool while the reservation is in flight (docs/design/017); nothing reaches
                 # the client before it is granted, and a refusal cancels the call.
@@ -351,6 +353,7 @@ class Relay:
                 req.done()
                 await send_error(send, refusal, rid)
         finally:
+            self._running -= 1
             req.done()
             req.speculating = False
             if admitting is not None:

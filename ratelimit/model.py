@@ -158,8 +158,9 @@ class SpeculativeAdmission(_Frozen):
     max_inflight: int = Field(
         4,
         ge=1,
-        description="speculate only while this process has fewer admitted requests in flight: with more, "
-        "its core is busy during the round trip anyway and the extra task costs more than it hides",
+        description="speculate only while this process handles at most this many requests (the one "
+        "deciding included): with more, its core is busy during the round trip anyway and the extra "
+        "task costs more than it hides",
     )
 
 

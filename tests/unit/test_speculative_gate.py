@@ -57,7 +57,6 @@ class FakeLimiter:
 
 
 def admissions(limiter: FakeLimiter, **speculative: Any) -> Admissions:
-    speculative.setdefault("max_inflight", 100)  # these tests admit without settling
     config = LimitsConfig.model_validate({"backend": "redis", "speculative": speculative})
     return Admissions(config, limiter, Metrics(default_policy()))
 
@@ -71,7 +70,7 @@ async def test_off_unless_enabled_with_a_remote_backend() -> None:
     off = admissions(limiter)
     limiter.next()
     await admit(off)
-    assert not off.may_speculate(TENANT)
+    assert not off.may_speculate(TENANT, 1)
     memory = Admissions(
         LimitsConfig.model_validate({"backend": "memory", "speculative": {"enabled": True}}),
         limiter,
@@ -79,41 +78,40 @@ async def test_off_unless_enabled_with_a_remote_backend() -> None:
     )
     limiter.next()
     await admit(memory)
-    assert not memory.may_speculate(TENANT)
+    assert not memory.may_speculate(TENANT, 1)
 
 
 async def test_needs_a_recent_admission_with_headroom_at_every_enforced_rule() -> None:
     limiter = FakeLimiter()
     a = admissions(limiter, enabled=True, min_headroom=0.2)
-    assert not a.may_speculate(TENANT)  # nothing known about the key yet
+    assert not a.may_speculate(TENANT, 1)  # nothing known about the key yet
     limiter.next(tokens=200, requests=20, shadow=0)  # exactly 20 % left; a shadow rule never counts
     await admit(a)
-    assert a.may_speculate(TENANT)
-    assert not a.may_speculate(Tenant(key_id="k2", app="acme/app", org="acme", tier="standard"))
+    assert a.may_speculate(TENANT, 1)
+    assert not a.may_speculate(Tenant(key_id="k2", app="acme/app", org="acme", tier="standard"), 1)
     limiter.next(tokens=900, requests=19)  # one rule below 20 %: stop speculating
     await admit(a)
-    assert not a.may_speculate(TENANT)
+    assert not a.may_speculate(TENANT, 1)
     limiter.next()
     await admit(a)
-    assert a.may_speculate(TENANT)
+    assert a.may_speculate(TENANT, 1)
     limiter.next(allowed=False)  # a refusal forgets the key's headroom
     with pytest.raises(RateLimitError):
         await admit(a)
-    assert not a.may_speculate(TENANT)
+    assert not a.may_speculate(TENANT, 1)
     limiter.next(degraded=True)  # fail-open decisions say nothing about the shared budget
     await admit(a)
-    assert not a.may_speculate(TENANT)
+    assert not a.may_speculate(TENANT, 1)
 
 
-async def test_not_while_max_inflight_requests_run_here() -> None:
+async def test_not_while_more_than_max_inflight_requests_run_here() -> None:
     limiter = FakeLimiter()
     a = admissions(limiter, enabled=True, max_inflight=2)
     limiter.next()
-    await admit(a, "r1")  # admitted, not settled: one request in flight
-    assert a.may_speculate(TENANT)
-    limiter.next()
-    await admit(a, "r2")  # two in flight: a busy loop gains nothing from overlapping the round trip
-    assert not a.may_speculate(TENANT)
+    await admit(a, "r1")
+    assert a.may_speculate(TENANT, 1)
+    assert a.may_speculate(TENANT, 2)  # this request and one more
+    assert not a.may_speculate(TENANT, 3)  # a busy loop gains nothing from overlapping the round trip
 
 
 async def test_knowledge_expires_after_memory_s() -> None:
@@ -121,9 +119,9 @@ async def test_knowledge_expires_after_memory_s() -> None:
     a = admissions(limiter, enabled=True, memory_s=0.05)
     limiter.next()
     await admit(a)
-    assert a.may_speculate(TENANT)
+    assert a.may_speculate(TENANT, 1)
     time.sleep(0.06)
-    assert not a.may_speculate(TENANT)
+    assert not a.may_speculate(TENANT, 1)
 
 
 async def test_speculative_outcomes_are_counted() -> None:
