@@ -196,7 +196,6 @@ class Relay:
 
     async def handle(self, kind: Kind, scope: Scope, receive: Receive, send: Send) -> None:
         t0 = perf_counter()
-        self._running += 1
         h = RequestHeaders(scope)
         rid = self._ids.accept(h.request_id)
         req = Exchange()
@@ -210,6 +209,7 @@ class Relay:
         look: Lookup | None = None
         cache_status = BYPASS
         hit_alias: str | None = None  # set when the cache answered (metrics label the alias, pool "cache")
+        self._running += 1  # decremented in the `finally` below
         try:
             raw = await self._read_body(h.content_length, receive)
             body = parse_body(raw)
