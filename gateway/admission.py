@@ -202,10 +202,11 @@ class Admissions:
         """True when the key's last admission here, at most `memory_s` ago, left every rule at least
         `min_headroom` of its limit: its next admission will almost surely be granted too, so the pool
         call need not wait for it (a refusal then still cancels the call before anything is sent).
-        Only while fewer than `max_inflight` requests (`running`: every request this process is
-        handling, from arrival to its last byte) are here: a busy loop has other work to do during the
-        round trip, and then the extra task is pure cost. (Counting only admitted requests let 98 % of
-        requests at concurrency 8 speculate: each spends much of its time outside its reservation.)"""
+        Only while at most `max_inflight` requests (`running`: every request this process is
+        handling, from arrival to its last byte, this one included) are here: a busy loop has other work
+        to do during the round trip, and then the extra task is pure cost. (Counting only admitted
+        requests let 98 % of requests at concurrency 8 speculate: each spends much of its time outside
+        its reservation.)"""
         if not self._speculate or running > self._max_inflight:
             return False
         until = self._recent.get(tenant.key_id)
