@@ -127,11 +127,12 @@ class MemoryBackend:
                 self._book(rule).lease(admission.request_id, check.cost, t + self._lease_ms)
         remaining: list[int] = []
         reset: list[int] = []
-        for check in checks:
+        shadow: list[bool] = []
+        for rule, check in zip(admission.rules, checks, strict=True):
             left, reset_ms = check.state(check.cost if refused < 0 else 0, t, cur, self._sub_ms)
             remaining.append(left)
             reset.append(reset_ms)
-        shadow = [rule.shadow and not check.fits for rule, check in zip(admission.rules, checks, strict=True)]
+            shadow.append(rule.shadow and not check.fits)
         return build_decision(admission, refused, retry_ms, remaining, reset, shadow)
 
     async def top_up(self, reservation: Reservation, extra: Mapping[Dimension, int]) -> bool:
