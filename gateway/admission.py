@@ -2,7 +2,8 @@
 
 The relay calls `Admissions.admit` once per request (one limiter call = one Redis round trip),
 gets a `Ticket`, and hands the ticket back at the end with the usage the pool reported
-(`settle`, fire-and-forget: the limiter retries in the background). Streams without a client
+(`settle`, fire-and-forget: the Redis backend carries it on its next admission, the failover
+limiter retries what Redis could not take). Streams without a client
 `max_tokens` hold only `stream_chunk_tokens` of output at a time and `top_up` as tokens arrive.
 In-flight tickets are renewed in one batched call every `lease_s / 3`, so a lease only runs out
 when this process is gone.
@@ -144,8 +145,6 @@ class Admissions:
         self._spec_admitted = metrics.limit_speculation.labels("admitted")
         self._spec_refused = metrics.limit_speculation.labels("refused")
         self._active: dict[str, Reservation] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._to_settle: list[tuple[Reservation, dict[Dimension, int]]] = []
 
     @property
     def stream_chunk_tokens(self) -> int:
@@ -301,29 +300,15 @@ class Admissions:
         return ok
 
     def settle(self, ticket: Ticket, input_tokens: int, output_tokens: int) -> None:
-        """Replace the reservation with real usage (in the background; the limiter retries)."""
+        """Replace the reservation with real usage, in the background: with the Redis backend the next
+        admission's script call carries it (a finished request costs no round trip of its own), or it
+        goes out within a few milliseconds; the failover limiter retries what Redis could not take."""
         if ticket.settled:
             return
         ticket.settled = True
         self._active.pop(ticket.reservation.request_id, None)
         self._settled.inc(input_tokens + output_tokens)
-        # Requests finishing in the same event-loop turn are settled together by one task (one
-        # script call with the Redis backend) instead of a task and a call each.
-        self._to_settle.append((ticket.reservation, usage_cost(input_tokens, output_tokens)))
-        if len(self._to_settle) == 1:
-            asyncio.get_running_loop().call_soon(self._flush_settlements)
-
-    def _flush_settlements(self) -> None:
-        batch, self._to_settle = self._to_settle, []
-        task = asyncio.ensure_future(self._settle(batch))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def _settle(self, batch: list[tuple[Reservation, dict[Dimension, int]]]) -> None:
-        try:
-            await self._limiter.settle_many(batch)
-        except BackendUnavailable:
-            self._metrics.limit_decisions.labels("all", "all", "settle_failed").inc(len(batch))
+        self._limiter.settle_soon(ticket.reservation, usage_cost(input_tokens, output_tokens))
 
     async def renew_forever(self) -> None:
         """Keep the leases of running requests alive (one batched call per round)."""
@@ -335,8 +320,5 @@ class Admissions:
                     await self._limiter.renew(list(self._active.values()))
 
     async def drain(self) -> None:
-        """Wait for in-flight settlements (shutdown)."""
-        if self._to_settle:
-            self._flush_settlements()
-        if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+        """Wait for queued settlements (shutdown)."""
+        await self._limiter.flush()

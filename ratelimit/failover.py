@@ -25,12 +25,21 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import Literal, Protocol
 
 from ratelimit.errors import BackendUnavailable
-from ratelimit.model import Admission, Decision, Dimension, Limiter, Reservation
+from ratelimit.model import Admission, Decision, Dimension, Limiter, Reservation, SettleFailed
 
 log = logging.getLogger("llmgw.ratelimit")
+
+
+class Shared(Limiter, Protocol):
+    """A shared backend (Redis): its queued settlements can fail after `settle_soon` returned, so it
+    reports them to `failed`."""
+
+    def settle_soon(
+        self, reservation: Reservation, used: Mapping[Dimension, int], failed: SettleFailed | None = None
+    ) -> None: ...
 
 
 @dataclass(slots=True)
@@ -48,7 +57,7 @@ class FailoverStats:
 class FailoverLimiter:
     def __init__(
         self,
-        primary: Limiter,
+        primary: Shared,
         local: Limiter,
         mode: Literal["fail_open", "fail_closed"],
         *,
@@ -154,6 +163,25 @@ class FailoverLimiter:
                 task = asyncio.create_task(self._retry_settle(reservation, dict(used)))
                 self._retries.add(task)
                 task.add_done_callback(self._retries.discard)
+
+    def settle_soon(self, reservation: Reservation, used: Mapping[Dimension, int]) -> None:
+        if reservation.request_id in self._local_ids:
+            self._local_ids.discard(reservation.request_id)
+            self._local.settle_soon(reservation, used)
+        else:
+            self._primary.settle_soon(reservation, used, self._settle_failed)
+
+    def _settle_failed(
+        self, reservation: Reservation, used: Mapping[Dimension, int], error: BackendUnavailable
+    ) -> None:
+        """A queued settlement the primary could not take: retried like a failed `settle_many`."""
+        task = asyncio.create_task(self._retry_settle(reservation, dict(used)))
+        self._retries.add(task)
+        task.add_done_callback(self._retries.discard)
+
+    async def flush(self) -> None:
+        await self._primary.flush()
+        await self._local.flush()
 
     async def _retry_settle(self, reservation: Reservation, used: dict[Dimension, int]) -> None:
         delay = self._settle_backoff

@@ -17,12 +17,14 @@ without settling leaks nothing for longer than one lease.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Literal, NamedTuple, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from ratelimit.errors import BackendUnavailable
 
 # Per-minute windows slide in 5 s steps: a refused request learns its Retry-After to within 5 s,
 # and each check reads 12 sub-window counters per (level, dimension).
@@ -280,6 +282,10 @@ class Decision:
     degraded: bool = False  # decided by the fail-open local limiter, not the shared backend
 
 
+# Told about a `settle_soon` a shared backend could not apply, and why (`ratelimit.failover.Shared`).
+SettleFailed = Callable[[Reservation, Mapping[Dimension, int], BackendUnavailable], None]
+
+
 class Limiter(Protocol):
     """The contract every backend implements (and the contract tests check)."""
 
@@ -295,6 +301,16 @@ class Limiter(Protocol):
 
     async def settle_many(self, items: Sequence[tuple[Reservation, Mapping[Dimension, int]]]) -> None:
         """`settle` for many reservations at once (the Redis backend sends one script call for all)."""
+        ...
+
+    def settle_soon(self, reservation: Reservation, used: Mapping[Dimension, int]) -> None:
+        """`settle` in the background, never raising (the gateway's path: a finished request waits for
+        nothing). The Redis backend carries it on its next admission's script call, or sends it within
+        a few milliseconds; the failover limiter retries what Redis could not take."""
+        ...
+
+    async def flush(self) -> None:
+        """Wait until every `settle_soon` so far has been applied or given up (shutdown)."""
         ...
 
     async def renew(self, reservations: Sequence[Reservation]) -> None:

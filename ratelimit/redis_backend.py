@@ -11,17 +11,19 @@ Key scheme (details in `ratelimit.keys`; `P` = `LimitsConfig.key_prefix`, scope 
 The single hash tag `{P}` puts every key in one slot, so an admission spanning key, app, org, global and
 pool levels stays one atomic script even on Redis Cluster (decision: docs/design/004-rate-limiting.md).
 
-Flows (scripts in `ratelimit/lua/`, each prefixed with `lib_v3.lua`, loaded by SCRIPT LOAD at start and
+Flows (scripts in `ratelimit/lua/`, each prefixed with `lib_v4.lua`, loaded by SCRIPT LOAD at start and
 reloaded on NOSCRIPT, e.g. after a Redis restart; all time is the Redis server's `TIME`):
-- admit (`admit_v4.lua`): purge a bounded batch of expired leases, read every rule's leased total (one
-  HMGET) and its 12 sub-window counters (one HMGET of its window hash) or period counter, and check
-  used + cost <= effective limit at each. All fit -> one lease record (request id, cost per rule,
-  now + lease) and the rules' totals grow. Reply: decision, refusing rule,
-  Retry-After, per-rule remaining / reset, shadow refusals.
+- admit (`admit_v5.lua`): first the settlements this gateway queued since its last script call
+  (`settle_soon`, carried here so that a finished request costs no call of its own), then purge a
+  bounded batch of expired leases, read every rule's leased total (one HMGET) and its 12 sub-window
+  counters (one HMGET of its window hash) or period counter, and check used + cost <= effective limit
+  at each. All fit -> one lease record (request id, cost per rule, now + lease) and the rules' totals
+  grow. Reply: decision, refusing rule, Retry-After, per-rule remaining / reset, shadow refusals.
 - top_up (`top_up_v4.lua`): the lease must be live; rules whose dimension grows are checked; all
   fit -> the lease record grows and is renewed.
-- settle (`settle_v4.lua`): drop the lease record; if it was still live, add the real usage to the
-  current sub-window / period counters (the concurrency slot is just the dropped lease).
+- settle (`settle_v5.lua`): drop the lease record; if it was still live, add the real usage to the
+  current sub-window / period counters (the concurrency slot is just the dropped lease). Queued
+  settlements that no admission carried within `carry_s` go out this way, many per call.
 - renew (`renew_v3.lua`): one call for a whole batch of reservations, extends live leases only.
 
 Reservations are never written to the counters: a gateway killed mid-request leaves only leases, which
@@ -34,6 +36,8 @@ waiting request is worse than a fast fail_open / fail_closed decision.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -43,11 +47,20 @@ import redis.exceptions as rexc
 
 from ratelimit.errors import BackendUnavailable
 from ratelimit.keys import rule_key
-from ratelimit.model import SUB_WINDOWS, Admission, Decision, Dimension, Priority, Reservation, Rule
+from ratelimit.model import (
+    SUB_WINDOWS,
+    Admission,
+    Decision,
+    Dimension,
+    Priority,
+    Reservation,
+    Rule,
+    SettleFailed,
+)
 from ratelimit.resp import RespClient
 from ratelimit.windows import DEFAULT_SUB_WINDOW_MS, build_decision, kind_of
 
-SCRIPTS = ("admit_v4", "top_up_v4", "settle_v4", "renew_v3")
+SCRIPTS = ("admit_v5", "top_up_v4", "settle_v5", "renew_v3")
 # Reservations per renew call: keeps one script run short (other clients wait while it runs).
 RENEW_BATCH = 200
 SETTLE_BATCH = 200
@@ -55,6 +68,9 @@ _BUSY = ("LOADING", "BUSY", "MASTERDOWN", "TRYAGAIN")
 _UNAVAILABLE = (rexc.ConnectionError, rexc.TimeoutError, rexc.ReadOnlyError, rexc.ClusterDownError, OSError)
 
 T = TypeVar("T")
+log = logging.getLogger("llmgw.ratelimit")
+
+_Queued = tuple[Reservation, Mapping[Dimension, int], SettleFailed | None]
 
 
 def _unavailable(e: BaseException) -> BackendUnavailable | None:
@@ -71,7 +87,7 @@ def _unavailable(e: BaseException) -> BackendUnavailable | None:
 
 def load_script(name: str) -> str:
     lua = resources.files("ratelimit").joinpath("lua")
-    return lua.joinpath("lib_v3.lua").read_text() + "\n" + lua.joinpath(f"{name}.lua").read_text()
+    return lua.joinpath("lib_v4.lua").read_text() + "\n" + lua.joinpath(f"{name}.lua").read_text()
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,12 +118,15 @@ class _Compiled:
 
     def specs(self, amounts: Mapping[Dimension, int], priority: Priority) -> str:
         """`kind,limit,amount,shadow;` per rule, one argument for the whole set."""
+        # Each amount formatted once (rules share dimensions); a list, not a generator: join is faster.
+        text = {d: str(v) for d, v in amounts.items()}
         parts = zip(self.heads[priority], self.dims, self.shadows, strict=True)
-        return "".join(h + str(amounts.get(d, 0)) + s for h, d, s in parts)
+        return "".join([h + text.get(d, "0") + s for h, d, s in parts])
 
     def usage(self, used: Mapping[Dimension, int]) -> str:
         """`kind,used;` per rule (settlement)."""
-        return "".join(f"{k},{used.get(d, 0)};" for k, d in zip(self.kinds, self.dims, strict=True))
+        text = {d: str(v) for d, v in used.items()}
+        return "".join([k + "," + text.get(d, "0") + ";" for k, d in zip(self.kinds, self.dims, strict=True)])
 
 
 class ScriptClient(Protocol):
@@ -130,8 +149,11 @@ class RedisBackend:
         sub_window_s: float = DEFAULT_SUB_WINDOW_MS / 1000,
         sub_windows: int = SUB_WINDOWS,
         purge_batch: int = 100,
+        carry_s: float = 0.002,
     ) -> None:
-        """`sub_window_s` is configurable so tests can watch a window slide in about a second."""
+        """`sub_window_s` is configurable so tests can watch a window slide in about a second.
+        `carry_s`: how long a `settle_soon` waits for an admission to carry it before it is sent on
+        its own."""
         self._redis = client
         self._prefix = key_prefix
         self._lease_ms = max(1, round(lease_s * 1000))
@@ -141,6 +163,10 @@ class RedisBackend:
         self._source = {name: load_script(name) for name in SCRIPTS}
         self._sha: dict[str, str] = {}
         self._by_rules: dict[int, _Compiled] = {}
+        self._carry_s = carry_s
+        self._queued: list[_Queued] = []
+        self._carry_timer: asyncio.TimerHandle | None = None
+        self._sending: set[asyncio.Task[None]] = set()
 
     @classmethod
     def from_url(
@@ -210,7 +236,20 @@ class RedisBackend:
         c = self._compiled(admission.rules)
         args = self._head(admission.request_id)
         args.append(c.specs(admission.cost, admission.priority))
-        reply = await self._run("admit_v4", c.keys, args)
+        args.append(len(c.keys))
+        keys = c.keys
+        if not self._queued:
+            reply = await self._run("admit_v5", keys, args)
+        else:
+            # Carry the queued settlements: applied before this admission, in the same script run.
+            carried = self._queued[:SETTLE_BATCH]
+            del self._queued[:SETTLE_BATCH]
+            keys = keys + self._settle_args(carried, args)
+            try:
+                reply = await self._run("admit_v5", keys, args)
+            except BaseException as e:
+                self._carry_failed(carried, e)
+                raise
         # Integers as hiredis parsed them: allowed, t, refused, retry, then per rule remaining, reset, shadow.
         allowed, _, refused, retry_ms = reply[:4]
         return build_decision(
@@ -232,15 +271,73 @@ class RedisBackend:
         await self.settle_many(((reservation, used),))
 
     async def settle_many(self, items: Sequence[tuple[Reservation, Mapping[Dimension, int]]]) -> None:
-        """One script call for many settlements (the gateway hands over one loop turn's worth)."""
+        """One script call per `SETTLE_BATCH` settlements."""
+        await self._settle_items(items)
+
+    async def _settle_items(
+        self, items: Sequence[tuple[Reservation, Mapping[Dimension, int]] | _Queued]
+    ) -> None:
         for start in range(0, len(items), SETTLE_BATCH):
-            keys: list[str] = []
             args: list[str | int] = [self._sub_ms, self._n]
-            for reservation, used in items[start : start + SETTLE_BATCH]:
-                c = self._compiled(reservation.rules)
-                keys += c.keys
-                args += [reservation.request_id, len(c.keys), c.usage(used)]
-            await self._run("settle_v4", keys, args)
+            keys = self._settle_args(items[start : start + SETTLE_BATCH], args)
+            await self._run("settle_v5", keys, args)
+
+    def _settle_args(
+        self, items: Sequence[tuple[Reservation, Mapping[Dimension, int]] | _Queued], args: list[str | int]
+    ) -> list[str]:
+        """The settlements' keys; their arguments are appended to `args` (request id, rule count, usage)."""
+        keys: list[str] = []
+        for item in items:
+            reservation, used = item[0], item[1]
+            c = self._compiled(reservation.rules)
+            keys += c.keys
+            args += [reservation.request_id, len(c.keys), c.usage(used)]
+        return keys
+
+    def settle_soon(
+        self, reservation: Reservation, used: Mapping[Dimension, int], failed: SettleFailed | None = None
+    ) -> None:
+        """Queue a settlement: the next admission's script call carries it (no call of its own under
+        load), or, if none comes within `carry_s`, it goes out in a `settle_v5` call with the others
+        queued by then. Never raises; `failed` hears of a settlement Redis could not take."""
+        self._queued.append((reservation, used, failed))
+        if self._carry_timer is None:
+            self._carry_timer = asyncio.get_running_loop().call_later(self._carry_s, self._send_queued)
+
+    def _send_queued(self) -> None:
+        self._carry_timer = None
+        if not self._queued:
+            return  # admissions carried them all
+        batch, self._queued = self._queued, []
+        task = asyncio.ensure_future(self._send(batch))
+        self._sending.add(task)
+        task.add_done_callback(self._sending.discard)
+
+    async def _send(self, batch: list[_Queued]) -> None:
+        try:
+            await self._settle_items(batch)
+        except Exception as e:
+            self._carry_failed(batch, e)
+
+    def _carry_failed(self, batch: Sequence[_Queued], error: BaseException) -> None:
+        """Queued settlements whose script call failed. Redis down, or the call's fate unknown (its
+        caller was cancelled): the callback retries, which is safe since a settle drops the lease
+        first and so charges nothing twice. Anything else is a bug, logged; the leases expire."""
+        if isinstance(error, BackendUnavailable | asyncio.CancelledError):
+            down = error if isinstance(error, BackendUnavailable) else BackendUnavailable("call cancelled")
+            for reservation, used, failed in batch:
+                if failed is not None:
+                    failed(reservation, used, down)
+            return
+        log.error("settling %d requests failed: %r (their leases expire)", len(batch), error)
+
+    async def flush(self) -> None:
+        """Send every queued settlement now and wait for all of them (shutdown)."""
+        if self._carry_timer is not None:
+            self._carry_timer.cancel()
+        self._send_queued()
+        if self._sending:
+            await asyncio.gather(*self._sending, return_exceptions=True)
 
     async def renew(self, reservations: Sequence[Reservation]) -> None:
         # Lease records are per request under the shared hash tag: any rule key names it.
@@ -252,4 +349,10 @@ class RedisBackend:
             await self._run("renew_v3", [tag_key], [self._lease_ms, *ids[start : start + RENEW_BATCH]])
 
     async def close(self) -> None:
+        if self._carry_timer is not None:
+            self._carry_timer.cancel()
+            self._carry_timer = None
+        if self._queued:
+            log.warning("closing with %d settlements unsent (their leases expire)", len(self._queued))
+            self._queued.clear()
         await self._redis.aclose()

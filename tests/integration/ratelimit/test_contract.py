@@ -303,3 +303,44 @@ async def test_settle_many_settles_each_reservation_once(harness: Harness) -> No
     assert left[slots] == 3
     await lim.settle_many(list(zip(held, usages, strict=True)))  # a retried batch charges nothing twice
     assert (await remaining(lim, rules))[tokens] == 10_000 - 100
+
+
+async def test_settle_soon_applies_before_the_next_admission(harness: Harness) -> None:
+    """A queued settlement (the gateway's path) is in force for the very next admission of the same
+    limiter: the Redis backend carries it in that admission's script call, before its checks."""
+    lim = await harness.make()
+    tokens = rule(Dimension.TOKENS, 1_000)
+    slot = rule(Dimension.CONCURRENT, 1, Level.ORG, "acme")
+    rules = (tokens, slot)
+    held = await admit_ok(lim, admission(rules, 100, 800))
+    lim.settle_soon(held, usage_cost(30, 20))
+    # The slot is free and only the real usage (50) counts: 950 fit, at once.
+    nxt = await lim.admit(admission(rules, 450, 500))
+    assert nxt.allowed, nxt
+    assert state_of(nxt, tokens)[0] == 0
+    assert nxt.reservation is not None
+    lim.settle_soon(nxt.reservation, usage_cost(450, 500))
+    await lim.flush()
+    left = await remaining(lim, rules)
+    assert left == {tokens: 0, slot: 1}
+
+
+async def test_settle_soon_goes_out_on_its_own_without_admissions(harness: Harness) -> None:
+    """No admission follows: the queued settlements still reach the backend, together, within the
+    carry delay (a replica's idle minute must not keep its finished requests' slots)."""
+    lim = await harness.make()
+    tokens = rule(Dimension.TOKENS, 10_000)
+    slots = rule(Dimension.CONCURRENT, 3, Level.ORG, "acme")
+    rules = (tokens, slots)
+    held = [await admit_ok(lim, admission(rules, 100, 900)) for _ in range(3)]
+    for reservation, used in zip(
+        held, [usage_cost(10, 20), usage_cost(30, 40), usage_cost(0, 0)], strict=True
+    ):
+        lim.settle_soon(reservation, used)
+    other = await harness.make()  # another replica sees them without this one admitting again
+    for _ in range(100):
+        left = await remaining(other, rules)
+        if left[slots] == 3:
+            break
+        await asyncio.sleep(0.01)
+    assert left == {tokens: 10_000 - 100, slots: 3}

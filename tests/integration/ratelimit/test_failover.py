@@ -87,14 +87,24 @@ async def test_fail_open_decides_locally_then_recovers_exact_limiting(
     assert lim.stats.recoveries == 1 and not lim.stats.degraded
 
 
+@pytest.mark.parametrize("queued", [False, True], ids=["settle", "settle_soon"])
 async def test_settle_during_outage_is_retried_in_background(
-    fail_open: FailoverLimiter, server: RedisServer
+    fail_open: FailoverLimiter, server: RedisServer, queued: bool
 ) -> None:
+    """`settle` and the gateway's path, `settle_soon` (queued, then sent without an admission to
+    carry it): Redis is gone when it goes out, so the failover limiter retries it until Redis is back."""
     lim = fail_open
     decision = await lim.admit(adm(1, 60))
     assert decision.reservation is not None
     server.kill()
-    await lim.settle(decision.reservation, usage_cost(50, 0))  # returns at once; retried in background
+    if queued:
+        lim.settle_soon(decision.reservation, usage_cost(50, 0))
+    else:
+        await lim.settle(decision.reservation, usage_cost(50, 0))  # returns at once; retried in background
+    for _ in range(100):
+        if lim.pending_settles:
+            break
+        await asyncio.sleep(0.01)
     assert lim.pending_settles == 1
     server.start()
     for _ in range(100):

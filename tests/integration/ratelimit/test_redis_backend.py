@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 from collections.abc import AsyncIterator
 
@@ -46,7 +47,7 @@ async def test_every_key_written_hashes_to_the_prefix_slot(
 async def test_lua_calendar_matches_python(client: aioredis.Redis) -> None:
     from importlib import resources
 
-    lib = resources.files("ratelimit").joinpath("lua", "lib_v3.lua").read_text()
+    lib = resources.files("ratelimit").joinpath("lua", "lib_v4.lua").read_text()
     script = lib + "\nlocal id, e = period(ARGV[1], tonumber(ARGV[2]))\nreturn {id, e}"
     start = dt.datetime(1999, 12, 25, tzinfo=dt.UTC)
     for days in list(range(0, 800, 3)) + [36_500 + d for d in range(0, 400, 7)]:
@@ -64,4 +65,47 @@ async def test_scripts_reload_after_script_flush(redis_server: RedisServer, clie
     await client.script_flush()  # what a Redis restart or failover does to the script cache
     assert (await backend.admit(Admission("f2", rules, request_cost(1, 1)))).allowed
     assert not (await backend.admit(Admission("f3", rules, request_cost(1, 1)))).allowed
+    await backend.close()
+
+
+async def _evalsha_calls(client: aioredis.Redis) -> int:
+    stats = await client.info("commandstats")
+    return int(stats.get("cmdstat_evalsha", {}).get("calls", 0))
+
+
+async def test_a_queued_settlement_rides_on_the_next_admission(
+    redis_server: RedisServer, client: aioredis.Redis
+) -> None:
+    """`settle_soon` then `admit`: one script call for both (the settlement is applied first), and the
+    carry timer that fires later finds nothing left to send."""
+    backend = RedisBackend.from_url(redis_server.url, lease_s=30, key_prefix="carry", carry_s=0.05)
+    await backend.load()
+    rules = (Rule(Level.KEY, "k", Dimension.CONCURRENT, 1), Rule(Level.KEY, "k", Dimension.TOKENS, 100))
+    first = await backend.admit(Admission("c1", rules, request_cost(40, 40)))
+    assert first.reservation is not None
+    before = await _evalsha_calls(client)
+    backend.settle_soon(first.reservation, usage_cost(10, 5))
+    second = await backend.admit(Admission("c2", rules, request_cost(40, 40)))
+    assert second.allowed  # the slot was freed, and only 15 tokens were charged, in the same call
+    assert [s.remaining for s in second.states] == [0, 100 - 15 - 80]
+    await asyncio.sleep(0.1)  # past carry_s: the timer fired and had nothing to send
+    assert await _evalsha_calls(client) - before == 1  # c2 alone: no settle call of its own
+    assert await client.zcard("{carry}:leases") == 1  # only c2's lease is left
+    await backend.close()
+
+
+async def test_queued_settlements_go_out_together_after_the_carry_delay(
+    redis_server: RedisServer, client: aioredis.Redis
+) -> None:
+    backend = RedisBackend.from_url(redis_server.url, lease_s=30, key_prefix="alone", carry_s=0.01)
+    await backend.load()
+    rules = (Rule(Level.KEY, "k", Dimension.TOKENS, 1_000),)
+    held = [await backend.admit(Admission(f"a{i}", rules, request_cost(10, 10))) for i in range(5)]
+    before = await _evalsha_calls(client)
+    for d in held:
+        assert d.reservation is not None
+        backend.settle_soon(d.reservation, usage_cost(1, 1))
+    await asyncio.sleep(0.1)
+    assert await _evalsha_calls(client) - before == 1  # one settle_v5 call for all five
+    assert await client.zcard("{alone}:leases") == 0
     await backend.close()

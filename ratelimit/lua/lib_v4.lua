@@ -42,7 +42,7 @@ local function period(kind, t)
   return string.format('m%04d%02d', y, m), days_from_civil(ny, nm) * DAY_MS
 end
 
--- Leases (v4): one record per request, not one per rule. Two keys under the shared hash tag `{P}`
+-- Leases (v4, unchanged in lib_v4): one record per request, not one per rule. Two keys under the shared hash tag `{P}`
 -- (taken from the first rule key, so no extra argument and the same slot):
 --   {P}:leases   ZSET  request id -> lease expiry (server ms)
 --   {P}:lh       HASH  '@' .. request id -> "<rule base key> <amount>\n" per rule it holds, and
@@ -237,4 +237,59 @@ local function parse_specs(spec)
     shadows[#shadows + 1] = shadow == '1'
   end
   return kinds, limits, amounts, shadows
+end
+
+-- Settlements (settle_v5, and admit_v5 carrying the ones that finished since the last call): replace
+-- each reservation by its real usage and release its concurrency slots. Per request, from ARGV[a]:
+-- request id, number of its rules, "kind,used;" per rule (in its KEYS order, starting at KEYS[k]).
+-- Usage is charged to the settlement's sub-window / period, and only if the lease is still live: an
+-- expired lease already stopped counting, and charging it now could push a window past its limit.
+-- Dropping the lease record first also makes a retried settle (after an ambiguous timeout) charge
+-- nothing twice. Returns the number of (request, rule) pairs charged.
+local function charge(base, kind, used, t, cur, n, sub_ms)
+  if used > 0 and kind == 'm' then
+    local wk = base .. ':w'
+    -- The first settle of a sub-window creates its field: the hash is then kept until that field has
+    -- left the window (plus one sub-window of slack), and fields that already left it are dropped.
+    if redis.call('HINCRBY', wk, cur, used) == used then
+      redis.call('PEXPIRE', wk, (cur + n + 1) * sub_ms - t)
+      if redis.call('HLEN', wk) > n then
+        local all, stale = redis.call('HKEYS', wk), {}
+        for i = 1, #all do
+          if tonumber(all[i]) <= cur - n then stale[#stale + 1] = all[i] end
+        end
+        if #stale > 0 then redis.call('HDEL', wk, unpack(stale)) end
+      end
+    end
+  elseif used > 0 and (kind == 'd' or kind == 'M') then
+    local pid, pend = period(kind, t)
+    local qk = base .. ':q:' .. pid
+    if redis.call('INCRBY', qk, used) == used then redis.call('PEXPIREAT', qk, pend + DAY_MS) end
+  end
+end
+
+local function settle_from(k, a, t, sub_ms, n)
+  local cur = math.floor(t / sub_ms)
+  local charged = 0
+  local leases, lh
+  for i = a, #ARGV, 3 do
+    local id, count = ARGV[i], tonumber(ARGV[i + 1])
+    local live = false
+    if count > 0 then
+      if leases == nil then leases, lh = lease_keys(KEYS[k]) end
+      local expiry = drop_lease(leases, lh, id)
+      live = expiry ~= nil and expiry > t
+    end
+    local r = 0
+    for kind, used in string.gmatch(ARGV[i + 2], '(%a),(%d+);') do
+      r = r + 1
+      if r > count then break end
+      if live then
+        charge(KEYS[k], kind, tonumber(used), t, cur, n, sub_ms)
+        charged = charged + 1
+      end
+      k = k + 1
+    end
+  end
+  return charged
 end
