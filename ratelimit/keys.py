@@ -13,9 +13,10 @@ A rule's base key (passed to the scripts in KEYS):
 `/`, `*` and `%` never appear raw: two different scopes can never produce the same key, and a scope
 cannot open a second hash tag. The scripts derive the per-rule keys from the base key by suffix:
 
-    <base>:w         minute rules: HASH sub-window n (= floor(server_ms / sub_window_ms)) -> settled
-                     usage; kept until its newest sub-window has left the window, older fields dropped
-                     when a new one starts (one hash: a check reads 12 fields of one key, not 12 keys)
+    <base>:sw        minute rules: HASH sub-window n (= floor(server_ms / sub_window_ms)) -> settled
+                     usage, plus `t` (the sum of those fields) and `h` (the newest n); kept until its
+                     newest sub-window has left the window, older fields dropped (and taken out of `t`)
+                     when a new one starts, so a check reads two fields, not twelve (lib_v4.lua)
     <base>:q:<p>     quota rules: settled usage of UTC period p (`d<days since epoch>` or `m<YYYYMM>`),
                      STRING, expires one day after the period ends
 
@@ -58,4 +59,4 @@ def rule_key(key_prefix: str, rule: Rule) -> str:
 def derived_keys(base: str, sub_window: int, period: str) -> list[str]:
     """Every key a script may derive from `base` (for tests and tooling; the scripts build them in Lua)."""
     tag = base[: base.index("}") + 1]
-    return [f"{base}:w", f"{base}:q:{period}", f"{tag}:leases", f"{tag}:lh"]
+    return [f"{base}:sw", f"{base}:q:{period}", f"{tag}:leases", f"{tag}:lh"]

@@ -3,7 +3,7 @@
 Key scheme (details in `ratelimit.keys`; `P` = `LimitsConfig.key_prefix`, scope percent-encoded):
 
     {P}:<level>:<scope>:<dimension>             rule base key, passed in KEYS
-    {P}:<level>:<scope>:<dimension>:w           minute rules: HASH sub-window n -> settled usage
+    {P}:<level>:<scope>:<dimension>:sw          minute rules: HASH sub-window n -> settled usage, t, h
     {P}:<level>:<scope>:<dimension>:q:<period>  quota rules: usage of UTC day `d<days>` / month `mYYYYMM`
     {P}:leases                                  ZSET request id -> lease expiry (server ms)
     {P}:lh                                      HASH per request its rules' amounts, per rule the total
@@ -15,10 +15,11 @@ Flows (scripts in `ratelimit/lua/`, each prefixed with `lib_v4.lua`, loaded by S
 reloaded on NOSCRIPT, e.g. after a Redis restart; all time is the Redis server's `TIME`):
 - admit (`admit_v5.lua`): first the settlements this gateway queued since its last script call
   (`settle_soon`, carried here so that a finished request costs no call of its own), then purge a
-  bounded batch of expired leases, read every rule's leased total (one HMGET) and its 12 sub-window
-  counters (one HMGET of its window hash) or period counter, and check used + cost <= effective limit
-  at each. All fit -> one lease record (request id, cost per rule, now + lease) and the rules' totals
-  grow. Reply: decision, refusing rule, Retry-After, per-rule remaining / reset, shadow refusals.
+  bounded batch of expired leases, read every rule's leased total (one HMGET) and its window's sum
+  and newest sub-window (one HMGET of two fields of its window hash) or period counter, and check
+  used + cost <= effective limit at each. All fit -> one lease record (request id, cost per rule,
+  now + lease) and the rules' totals grow. Reply: decision, refusing rule, Retry-After, per-rule
+  remaining / reset, shadow refusals.
 - top_up (`top_up_v4.lua`): the lease must be live; rules whose dimension grows are checked; all
   fit -> the lease record grows and is renewed.
 - settle (`settle_v5.lua`): drop the lease record; if it was still live, add the real usage to the

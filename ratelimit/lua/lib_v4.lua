@@ -155,45 +155,115 @@ local function earliest_lease(base, t)
 end
 
 -- Write a new lease record (admission): `totals` are the rule totals just read by `situations`.
+-- (One pass building the totals and the record: this runs on every admission, and Lua's table and
+-- string work, not the Redis commands, is most of a script's time.)
 local function put_lease(base, id, bases, amounts, expiry, lease_ms, totals)
   local leases, lh = lease_keys(base)
   redis.call('ZADD', leases, expiry, id)
-  local set, del = total_changes(lh, bases, amounts, 1, totals)
+  local set, parts = {}, {}
+  for i = 1, #bases do
+    local a = amounts[i]
+    if a ~= 0 then
+      local b = bases[i]
+      local v = totals[b] + a  -- amounts are >= 0; a base listed twice adds up (HSET keeps the last)
+      totals[b] = v
+      set[#set + 1] = b
+      set[#set + 1] = v
+      parts[#parts + 1] = b .. ' ' .. a .. '\n'
+    end
+  end
   set[#set + 1] = '@' .. id
-  set[#set + 1] = format_lease(bases, amounts)
+  set[#set + 1] = table.concat(parts)
   redis.call('HSET', lh, unpack(set))
   touch(leases, lh, lease_ms)
 end
 
+-- Minute windows (lib_v4): HASH <base>:sw holds sub-window n (= floor(server ms / sub-window ms)) ->
+-- settled usage, plus 't' = the sum of the sub-window fields present and 'h' = the newest sub-window
+-- present. Every sub-window field present lies in (h - n, h]: the settle that opens a sub-window drops
+-- the ones it pushes out. Reading the window at sub-window `cur` is then one HMGET of t and h (plus,
+-- after a quiet spell, one of the cur - h fields that left since), not one of all n fields: the
+-- admission's Lua time is on every request's critical path, multiplied by the requests queued behind it.
+local function window_sum(wk, cur, n)
+  local v = redis.call('HMGET', wk, 't', 'h')
+  local h = tonumber(v[2])
+  if h == nil or h <= cur - n then return 0, nil end
+  local sum = tonumber(v[1]) or 0
+  if cur > h then
+    local gone = {}
+    for j = h - n + 1, cur - n do gone[#gone + 1] = j end
+    local vals = redis.call('HMGET', wk, unpack(gone))
+    for j = 1, #vals do sum = sum - (tonumber(vals[j]) or 0) end
+  end
+  return sum, h
+end
+
+-- The n sub-window counters of the window ending at `cur`, oldest first (Retry-After of a refusal).
+local function window_counts(wk, cur, n)
+  local fields = {}
+  for k = 1, n do fields[k] = cur - n + k end
+  local vals = redis.call('HMGET', wk, unpack(fields))
+  local counts = {}
+  for k = 1, n do counts[k] = tonumber(vals[k]) or 0 end
+  return counts
+end
+
+-- Add settled usage to sub-window `cur` (see window_sum for the layout it keeps).
+local function window_add(wk, used, t, cur, n, sub_ms)
+  if redis.call('HINCRBY', wk, cur, used) ~= used then
+    redis.call('HINCRBY', wk, 't', used)  -- the newest sub-window, already open: the common case
+    return
+  end
+  -- A sub-window field was created: normally a new newest one, which pushes old ones out.
+  local h = tonumber(redis.call('HGET', wk, 'h'))
+  if h ~= nil and cur < h then
+    -- The server clock stepped back: keep the layout, charging the newest sub-window instead if this
+    -- one is already outside the window (either way the usage counts at least as long as it should).
+    if cur <= h - n then
+      redis.call('HDEL', wk, cur)
+      redis.call('HINCRBY', wk, h, used)
+    end
+    redis.call('HINCRBY', wk, 't', used)
+    return
+  end
+  if h == nil or h <= cur - n then
+    -- Nothing left in the window: start over (stale fields, if any, go with the old sum).
+    redis.call('DEL', wk)
+    redis.call('HSET', wk, cur, used, 't', used, 'h', cur)
+  else
+    local gone, left = {}, 0
+    for j = h - n + 1, cur - n do gone[#gone + 1] = j end
+    if #gone > 0 then
+      local vals = redis.call('HMGET', wk, unpack(gone))
+      for j = 1, #vals do left = left + (tonumber(vals[j]) or 0) end
+      redis.call('HDEL', wk, unpack(gone))
+    end
+    redis.call('HINCRBY', wk, 't', used - left)
+    redis.call('HSET', wk, 'h', cur)
+  end
+  -- Kept until its newest sub-window has left the window (plus one sub-window of slack).
+  redis.call('PEXPIRE', wk, (cur + n + 1) * sub_ms - t)
+end
+
 -- The situation of every rule of a request: used (this request excluded) and what Retry-After and the
--- headers need: the leased totals (one HMGET for all rules), then per minute rule its sub-window
--- counters (one HMGET) and per quota rule its period counter.
+-- headers need: the leased totals (one HMGET for all rules), then per minute rule its window sum and
+-- newest sub-window, per quota rule its period counter.
 local function situations(bases, kinds, t, cur, n)
   local _, lh = lease_keys(bases[1])
   local vals0 = redis.call('HMGET', lh, unpack(bases))
-  -- Sub-window field names, built once for every minute rule (building strings is what costs in Lua).
-  local fields
   local checks, totals = {}, {}
   for i = 1, #bases do
-    local c = {kind = kinds[i], leased = tonumber(vals0[i]) or 0, sum = 0, quota = 0, pend = 0}
-    totals[bases[i]] = c.leased
-    if c.kind == 'm' then
-      if fields == nil then
-        fields = {}
-        for k = 1, n do fields[k] = tostring(cur - n + k) end
-      end
-      local vals = redis.call('HMGET', bases[i] .. ':w', unpack(fields))
-      c.counts = {}
-      for k = 1, n do
-        c.counts[k] = tonumber(vals[k]) or 0
-        c.sum = c.sum + c.counts[k]
-      end
-    elseif c.kind == 'd' or c.kind == 'M' then
+    local kind, leased = kinds[i], tonumber(vals0[i]) or 0
+    local c = {kind = kind, leased = leased, sum = 0, quota = 0, pend = 0}
+    totals[bases[i]] = leased
+    if kind == 'm' then
+      c.sum, c.newest = window_sum(bases[i] .. ':sw', cur, n)
+    elseif kind == 'd' or kind == 'M' then
       local pid
-      pid, c.pend = period(c.kind, t)
+      pid, c.pend = period(kind, t)
       c.quota = tonumber(redis.call('GET', bases[i] .. ':q:' .. pid)) or 0
     end
-    c.used = c.leased + c.sum + c.quota
+    c.used = leased + c.sum + c.quota
     checks[i] = c
   end
   return checks, totals
@@ -203,8 +273,9 @@ local function retry_ms(c, base, limit, cost, t, cur, n, sub_ms)
   if c.kind == 'c' then return 1000 end
   if c.kind ~= 'm' then return math.max(1, c.pend - t) end
   local need, freed = c.used + cost - limit, 0
+  local counts = window_counts(base .. ':sw', cur, n)
   for k = 1, n do
-    freed = freed + c.counts[k]
+    freed = freed + counts[k]
     if freed >= need then return math.max(1, (cur + k) * sub_ms - t) end
   end
   local first = earliest_lease(base, t)
@@ -218,12 +289,9 @@ local function state(c, limit, charged, t, cur, n, sub_ms)
   local remaining = math.max(0, limit - total)
   if c.kind == 'd' or c.kind == 'M' then return remaining, c.pend - t end
   if c.kind == 'c' or total == 0 then return remaining, 0 end
+  -- Only settled usage counts (total > 0): it leaves the window with its newest sub-window.
   local newest = cur
-  if c.leased + charged == 0 then
-    for k = n, 1, -1 do
-      if c.counts[k] > 0 then newest = cur - n + k; break end
-    end
-  end
+  if c.leased + charged == 0 and c.newest ~= nil then newest = c.newest end
   return remaining, (newest + n) * sub_ms - t
 end
 
@@ -248,19 +316,7 @@ end
 -- nothing twice. Returns the number of (request, rule) pairs charged.
 local function charge(base, kind, used, t, cur, n, sub_ms)
   if used > 0 and kind == 'm' then
-    local wk = base .. ':w'
-    -- The first settle of a sub-window creates its field: the hash is then kept until that field has
-    -- left the window (plus one sub-window of slack), and fields that already left it are dropped.
-    if redis.call('HINCRBY', wk, cur, used) == used then
-      redis.call('PEXPIRE', wk, (cur + n + 1) * sub_ms - t)
-      if redis.call('HLEN', wk) > n then
-        local all, stale = redis.call('HKEYS', wk), {}
-        for i = 1, #all do
-          if tonumber(all[i]) <= cur - n then stale[#stale + 1] = all[i] end
-        end
-        if #stale > 0 then redis.call('HDEL', wk, unpack(stale)) end
-      end
-    end
+    window_add(base .. ':sw', used, t, cur, n, sub_ms)
   elseif used > 0 and (kind == 'd' or kind == 'M') then
     local pid, pend = period(kind, t)
     local qk = base .. ':q:' .. pid

@@ -91,9 +91,14 @@ def live_leases(r: redis.Redis) -> dict[str, int]:
 
 
 def sub_window_counters(r: redis.Redis, base: str) -> dict[int, int]:
-    """Sub-window number -> settled usage, for the counters of `base` that still exist."""
-    fields = r.hgetall(f"{base}:w")
-    return {int(k): int(v) for k, v in fields.items()}
+    """Sub-window number -> settled usage, for the counters of `base` that still exist (the window's
+    `t` and `h` fields are checked against them: `t` is their sum, `h` the newest)."""
+    fields = {k.decode(): int(v) for k, v in r.hgetall(f"{base}:sw").items()}
+    total, newest = fields.pop("t", 0), fields.pop("h", None)
+    counters = {int(k): v for k, v in fields.items()}
+    assert total == sum(counters.values()), (total, counters)
+    assert newest == (max(counters) if counters else newest), (newest, counters)
+    return counters
 
 
 @dataclass

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import random
 from collections.abc import AsyncIterator
 
 import pytest
@@ -38,7 +39,7 @@ async def test_every_key_written_hashes_to_the_prefix_slot(
     decision = await backend.admit(Admission("slot-2", rules, request_cost(5, 5)))  # leaves live leases
     keys = [k async for k in client.scan_iter(match="{slots}*")]
     kinds = {k.rsplit(b":", 2)[-2] if b":q:" in k else k.rsplit(b":", 1)[-1] for k in keys}
-    assert kinds == {b"w", b"q", b"leases", b"lh"}
+    assert kinds == {b"sw", b"q", b"leases", b"lh"}
     assert {key_slot(k) for k in keys} == {key_slot(b"{slots}")}
     assert all([await client.pttl(k) > 0 for k in keys])  # everything expires by itself
     await backend.close()
@@ -55,6 +56,46 @@ async def test_lua_calendar_matches_python(client: aioredis.Redis) -> None:
         for kind in ("d", "M"):
             pid, end = await client.eval(script, 0, kind, t)  # type: ignore[misc]
             assert (pid.decode(), int(end)) == period(kind, t)
+
+
+@pytest.mark.parametrize("seed", range(4))
+async def test_lua_window_sum_matches_the_sub_window_counters(client: aioredis.Redis, seed: int) -> None:
+    """The minute window's running sum (`t`, `h`, lib_v4.lua) against a plain model of the window (the
+    usage of the last n sub-windows): random settles and reads over time, with quiet spells longer than
+    the window and the server clock stepping back."""
+    from importlib import resources
+
+    lib = resources.files("ratelimit").joinpath("lua", "lib_v4.lua").read_text()
+    add = lib + "\nwindow_add(KEYS[1], tonumber(ARGV[1]), 0, tonumber(ARGV[2]), 12, 5000)\nreturn 1"
+    read = lib + "\nlocal s, h = window_sum(KEYS[1], tonumber(ARGV[1]), 12)\nreturn {s, h or -1}"
+    counts = lib + "\nreturn window_counts(KEYS[1], tonumber(ARGV[1]), 12)"
+    rng = random.Random(seed)
+    wk, n = f"{{wtest}}:k{seed}:sw", 12
+    model: dict[int, int] = {}  # sub-window -> usage charged there
+    cur, newest = 1000, None
+    for _ in range(400):
+        step = rng.choice([0, 0, 0, 1, 1, 2, 5, 11, 12, 13, 30, -1, -3, -15])
+        cur = max(0, cur + step)
+        if rng.random() < 0.7:
+            used = rng.randint(1, 50)
+            await client.eval(add, 1, wk, used, cur)  # type: ignore[misc]
+            # Where the usage lands: its own sub-window, or the newest one when the clock stepped back
+            # past the window (never behind it).
+            at = cur if newest is None or cur > newest - n else newest
+            model[at] = model.get(at, 0) + used
+            newest = max(newest, cur) if newest is not None else cur
+        total, h = await client.eval(read, 1, wk, cur)  # type: ignore[misc]
+        if newest is None or newest <= cur - n:
+            assert (total, h) == (0, -1)
+            continue
+        # The window ends at the newest sub-window ever charged, or now if later: after the clock
+        # stepped back, what was charged "in the future" still counts (conservatively), and what that
+        # future pushed out of the window is gone.
+        end = max(cur, newest)
+        expected = sum(v for k, v in model.items() if end - n < k <= end)
+        assert (total, h) == (expected, newest), (cur, newest, model)
+        got = await client.eval(counts, 1, wk, cur)  # type: ignore[misc]
+        assert got == [model.get(k, 0) if k > newest - n else 0 for k in range(cur - n + 1, cur + 1)]
 
 
 async def test_scripts_reload_after_script_flush(redis_server: RedisServer, client: aioredis.Redis) -> None:
