@@ -240,9 +240,12 @@ class Rule:
         return int(self.limit * (1.0 - self.reserved_share))
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Admission:
-    """`request_id` must be unique per admission: it names the leases at every rule."""
+    """`request_id` must be unique per admission: it names the leases at every rule.
+
+    Not frozen, like `Decision`: one of each is built per request, and a frozen dataclass's `__init__`
+    costs three times a plain one's (`object.__setattr__` per field). Nothing mutates them."""
 
     request_id: str
     rules: tuple[Rule, ...]
@@ -271,7 +274,7 @@ class Reservation:
     priority: Priority
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Decision:
     allowed: bool
     reservation: Reservation | None

@@ -20,7 +20,7 @@ reloaded on NOSCRIPT, e.g. after a Redis restart; all time is the Redis server's
   used + cost <= effective limit at each. All fit -> one lease record (request id, cost per rule,
   now + lease) and the rules' totals grow. Reply: decision, refusing rule, Retry-After, per-rule
   remaining / reset, shadow refusals.
-- top_up (`top_up_v4.lua`): the lease must be live; rules whose dimension grows are checked; all
+- top_up (`top_up_v5.lua`): the lease must be live; rules whose dimension grows are checked; all
   fit -> the lease record grows and is renewed.
 - settle (`settle_v5.lua`): drop the lease record; if it was still live, add the real usage to the
   current sub-window / period counters (the concurrency slot is just the dropped lease). Queued
@@ -61,7 +61,7 @@ from ratelimit.model import (
 from ratelimit.resp import RespClient
 from ratelimit.windows import DEFAULT_SUB_WINDOW_MS, build_decision, kind_of
 
-SCRIPTS = ("admit_v5", "top_up_v4", "settle_v5", "renew_v3")
+SCRIPTS = ("admit_v5", "top_up_v5", "settle_v5", "renew_v3")
 # Reservations per renew call: keeps one script run short (other clients wait while it runs).
 RENEW_BATCH = 200
 SETTLE_BATCH = 200
@@ -93,41 +93,43 @@ def load_script(name: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class _Compiled:
-    """A rule set turned into script arguments: base keys and pre-formatted spec fragments."""
+    """A rule set turned into script arguments: base keys and format templates.
+
+    The templates hold everything but the amounts, which fill `{i}` slots by the rule's dimension
+    (`dims[i]`): one `str.format` call per script argument, the cheapest way found to build it."""
 
     rules: tuple[Rule, ...]
     keys: list[str]
-    dims: tuple[Dimension, ...]
-    kinds: tuple[str, ...]
-    heads: dict[str, tuple[str, ...]]  # priority -> "kind,limit," per rule
-    shadows: tuple[str, ...]  # ",shadow;" per rule
+    dims: tuple[Dimension, ...]  # the rule set's distinct dimensions, in slot order
+    spec_formats: dict[str, str]  # priority -> "kind,limit,{i},shadow;" per rule
+    usage_format: str  # "kind,{i};" per rule
 
     @classmethod
     def of(cls, prefix: str, rules: tuple[Rule, ...]) -> _Compiled:
-        kinds = tuple(kind_of(r) for r in rules)
+        kinds = [kind_of(r) for r in rules]
+        dims = tuple(dict.fromkeys(r.dimension for r in rules))
+        slot = [dims.index(r.dimension) for r in rules]
         return cls(
             rules=rules,
             keys=[rule_key(prefix, r) for r in rules],
-            dims=tuple(r.dimension for r in rules),
-            kinds=kinds,
-            heads={
-                p: tuple(f"{k},{r.effective_limit(p)}," for k, r in zip(kinds, rules, strict=True))
+            dims=dims,
+            spec_formats={
+                p: "".join(
+                    f"{k},{r.effective_limit(p)},{{{i}}},{int(r.shadow)};"
+                    for k, r, i in zip(kinds, rules, slot, strict=True)
+                )
                 for p in ("standard", "premium")
             },
-            shadows=tuple(",1;" if r.shadow else ",0;" for r in rules),
+            usage_format="".join(f"{k},{{{i}}};" for k, i in zip(kinds, slot, strict=True)),
         )
 
     def specs(self, amounts: Mapping[Dimension, int], priority: Priority) -> str:
         """`kind,limit,amount,shadow;` per rule, one argument for the whole set."""
-        # Each amount formatted once (rules share dimensions); a list, not a generator: join is faster.
-        text = {d: str(v) for d, v in amounts.items()}
-        parts = zip(self.heads[priority], self.dims, self.shadows, strict=True)
-        return "".join([h + text.get(d, "0") + s for h, d, s in parts])
+        return self.spec_formats[priority].format(*[amounts.get(d, 0) for d in self.dims])
 
     def usage(self, used: Mapping[Dimension, int]) -> str:
         """`kind,used;` per rule (settlement)."""
-        text = {d: str(v) for d, v in used.items()}
-        return "".join([k + "," + text.get(d, "0") + ";" for k, d in zip(self.kinds, self.dims, strict=True)])
+        return self.usage_format.format(*[used.get(d, 0) for d in self.dims])
 
 
 class ScriptClient(Protocol):
@@ -245,7 +247,7 @@ class RedisBackend:
             # Carry the queued settlements: applied before this admission, in the same script run.
             carried = self._queued[:SETTLE_BATCH]
             del self._queued[:SETTLE_BATCH]
-            keys = keys + self._settle_args(carried, args)
+            keys = self._settle_args(carried, args, c)
             try:
                 reply = await self._run("admit_v5", keys, args)
             except BaseException as e:
@@ -261,7 +263,7 @@ class RedisBackend:
         c = self._compiled(reservation.rules)
         args = self._head(reservation.request_id)
         args.append(c.specs(extra, reservation.priority))
-        reply = await self._run("top_up_v4", c.keys, args)
+        reply = await self._run("top_up_v5", c.keys, args)
         if not int(reply[0]):
             return False
         for dim, more in extra.items():
@@ -280,19 +282,32 @@ class RedisBackend:
     ) -> None:
         for start in range(0, len(items), SETTLE_BATCH):
             args: list[str | int] = [self._sub_ms, self._n]
-            keys = self._settle_args(items[start : start + SETTLE_BATCH], args)
+            keys = self._settle_args(items[start : start + SETTLE_BATCH], args, None)
             await self._run("settle_v5", keys, args)
 
     def _settle_args(
-        self, items: Sequence[tuple[Reservation, Mapping[Dimension, int]] | _Queued], args: list[str | int]
+        self,
+        items: Sequence[tuple[Reservation, Mapping[Dimension, int]] | _Queued],
+        args: list[str | int],
+        admitting: _Compiled | None,
     ) -> list[str]:
-        """The settlements' keys; their arguments are appended to `args` (request id, rule count, usage)."""
+        """KEYS for settlements (after the admission's own, if `admitting`); per settlement its request
+        id, the index of its first key, its rule count and usage are appended to `args`. A rule set's
+        keys are sent once per call, however many settlements (and the admission) share them: under
+        load most requests of a call are one tenant's."""
         keys: list[str] = []
+        first: dict[int, int] = {}
+        if admitting is not None:
+            keys += admitting.keys
+            first[id(admitting)] = 1
         for item in items:
             reservation, used = item[0], item[1]
             c = self._compiled(reservation.rules)
-            keys += c.keys
-            args += [reservation.request_id, len(c.keys), c.usage(used)]
+            k = first.get(id(c))
+            if k is None:
+                k = first[id(c)] = len(keys) + 1
+                keys += c.keys
+            args += [reservation.request_id, k, len(c.keys), c.usage(used)]
         return keys
 
     def settle_soon(

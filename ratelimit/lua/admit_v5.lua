@@ -1,7 +1,7 @@
 -- Admit one request at every rule, all or nothing, in one round trip; first settle the requests this
 -- gateway finished since its last script call (carried here instead of costing a call of their own).
--- KEYS      the request's rule base keys (ratelimit/keys.py), then the carried settlements' keys;
---           the lease structures share their hash tag
+-- KEYS      the request's rule base keys (ratelimit/keys.py), then those of the carried settlements
+--           not among them; the lease structures share their hash tag
 -- ARGV      request id, lease ms, sub-window ms, sub-windows, purge batch,
 --           rule specs "kind,limit,cost,shadow;" per rule in KEYS order (kind m|d|M|c, shadow 0|1),
 --           number of the request's keys, then the settlements as in settle_v5.lua.
@@ -12,7 +12,9 @@ local id = ARGV[1]
 local lease_ms, sub_ms, n, batch = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local t = now_ms()
 local na = tonumber(ARGV[7])
-if #KEYS > na or #ARGV > 7 then settle_from(na + 1, 8, t, sub_ms, n) end
+if #KEYS == 0 then return {1, t, 0, 0} end
+local leases, lh = lease_keys(KEYS[1])
+if #ARGV > 7 then settle_from(leases, lh, 8, t, sub_ms, n) end
 if na == 0 then return {1, t, 0, 0} end
 local keys = KEYS
 if #KEYS > na then
@@ -21,8 +23,8 @@ if #KEYS > na then
 end
 local cur = math.floor(t / sub_ms)
 local kinds, limits, costs, shadows = parse_specs(ARGV[6])
-purge(keys[1], t, batch)
-local checks, totals = situations(keys, kinds, t, cur, n)
+purge(leases, lh, t, batch)
+local checks, totals = situations(lh, keys, kinds, t, cur, n)
 local refused, refused_retry = 0, 0
 for i = 1, #keys do
   local c = checks[i]
@@ -34,7 +36,7 @@ for i = 1, #keys do
   end
 end
 local allowed = refused == 0
-if allowed then put_lease(keys[1], id, keys, costs, t + lease_ms, lease_ms, totals) end
+if allowed then put_lease(leases, lh, id, keys, costs, t + lease_ms, lease_ms, totals) end
 local reply = {allowed and 1 or 0, t, refused, refused_retry}
 for i = 1, #keys do
   local remaining, reset = state(checks[i], limits[i], allowed and costs[i] or 0, t, cur, n, sub_ms)

@@ -53,6 +53,7 @@ end
 -- first. Both keys expire 2 x lease + 1 s after the last lease write: by then every lease in them has
 -- expired, so they vanish together with nothing live lost.
 
+-- (Scripts derive them once, from KEYS[1], and hand them to the functions below.)
 local function lease_keys(base)
   local tag = string.match(base, '^({[^}]*})')
   return tag .. ':leases', tag .. ':lh'
@@ -133,8 +134,7 @@ local function drop_lease(leases, lh, id)
 end
 
 -- Purge at most `batch` expired leases (bounded work per call).
-local function purge(base, t, batch)
-  local leases, lh = lease_keys(base)
+local function purge(leases, lh, t, batch)
   local head = redis.call('ZRANGE', leases, 0, 0, 'WITHSCORES')
   if #head == 0 or tonumber(head[2]) > t then return end
   local expired = redis.call('ZRANGEBYSCORE', leases, '-inf', t, 'LIMIT', 0, batch)
@@ -157,8 +157,7 @@ end
 -- Write a new lease record (admission): `totals` are the rule totals just read by `situations`.
 -- (One pass building the totals and the record: this runs on every admission, and Lua's table and
 -- string work, not the Redis commands, is most of a script's time.)
-local function put_lease(base, id, bases, amounts, expiry, lease_ms, totals)
-  local leases, lh = lease_keys(base)
+local function put_lease(leases, lh, id, bases, amounts, expiry, lease_ms, totals)
   redis.call('ZADD', leases, expiry, id)
   local set, parts = {}, {}
   for i = 1, #bases do
@@ -248,8 +247,7 @@ end
 -- The situation of every rule of a request: used (this request excluded) and what Retry-After and the
 -- headers need: the leased totals (one HMGET for all rules), then per minute rule its window sum and
 -- newest sub-window, per quota rule its period counter.
-local function situations(bases, kinds, t, cur, n)
-  local _, lh = lease_keys(bases[1])
+local function situations(lh, bases, kinds, t, cur, n)
   local vals0 = redis.call('HMGET', lh, unpack(bases))
   local checks, totals = {}, {}
   for i = 1, #bases do
@@ -309,7 +307,8 @@ end
 
 -- Settlements (settle_v5, and admit_v5 carrying the ones that finished since the last call): replace
 -- each reservation by its real usage and release its concurrency slots. Per request, from ARGV[a]:
--- request id, number of its rules, "kind,used;" per rule (in its KEYS order, starting at KEYS[k]).
+-- request id, index in KEYS of its first rule key (requests with the same rules share keys), number
+-- of its rules, "kind,used;" per rule (in its keys' order).
 -- Usage is charged to the settlement's sub-window / period, and only if the lease is still live: an
 -- expired lease already stopped counting, and charging it now could push a window past its limit.
 -- Dropping the lease record first also makes a retried settle (after an ambiguous timeout) charge
@@ -324,27 +323,24 @@ local function charge(base, kind, used, t, cur, n, sub_ms)
   end
 end
 
-local function settle_from(k, a, t, sub_ms, n)
+local function settle_from(leases, lh, a, t, sub_ms, n)
   local cur = math.floor(t / sub_ms)
   local charged = 0
-  local leases, lh
-  for i = a, #ARGV, 3 do
-    local id, count = ARGV[i], tonumber(ARGV[i + 1])
+  for i = a, #ARGV, 4 do
+    local id, k, count = ARGV[i], tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
     local live = false
     if count > 0 then
-      if leases == nil then leases, lh = lease_keys(KEYS[k]) end
       local expiry = drop_lease(leases, lh, id)
       live = expiry ~= nil and expiry > t
     end
-    local r = 0
-    for kind, used in string.gmatch(ARGV[i + 2], '(%a),(%d+);') do
-      r = r + 1
-      if r > count then break end
-      if live then
-        charge(KEYS[k], kind, tonumber(used), t, cur, n, sub_ms)
+    if live then
+      local r = 0
+      for kind, used in string.gmatch(ARGV[i + 3], '(%a),(%d+);') do
+        if r >= count then break end
+        charge(KEYS[k + r], kind, tonumber(used), t, cur, n, sub_ms)
+        r = r + 1
         charged = charged + 1
       end
-      k = k + 1
     end
   end
   return charged

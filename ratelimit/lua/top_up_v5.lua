@@ -14,7 +14,7 @@ if not expiry or expiry <= t then return {0, t, 0} end
 local cur = math.floor(t / sub_ms)
 local kinds, limits, extras, shadows = parse_specs(ARGV[6])
 -- `used` includes what this request already holds, as at admission.
-local checks, totals = situations(KEYS, kinds, t, cur, n)
+local checks, totals = situations(lh, KEYS, kinds, t, cur, n)
 for i = 1, #KEYS do
   if extras[i] > 0 and not shadows[i] and checks[i].used + extras[i] > limits[i] then return {0, t, i} end
 end
