@@ -180,6 +180,8 @@ async def run_slice(
             if time.perf_counter() + think >= deadline:
                 break  # that request would fall after the window
             await asyncio.sleep(think)
+            if time.perf_counter() >= deadline:
+                break  # the sleep overran the window (a busy loop wakes late)
             prompt = prompts[rng.randrange(len(prompts))]
             # A fresh str object with the same text: two callers may draw the same prompt, and the
             # spans are keyed by object identity. Built before the clock starts.
