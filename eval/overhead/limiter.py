@@ -130,10 +130,12 @@ def backend_phases(after_latency: dict[str, Any], after_all: dict[str, Any]) -> 
 
 
 def compare_latency(latency: dict[str, Any]) -> dict[str, Any]:
-    """Per `mode@conc` that has a limiter side: spine and limiter P50/P99 and the delta limiter - spine."""
+    """Per `mode@conc` that has a limiter side: spine and limiter P50/P99 and the delta limiter - spine,
+    and how busy both cores were during each side's batches. The spine is the limiter's own ("spine")
+    when it has one, else the main gateway."""
     out: dict[str, Any] = {}
     for key, row in latency.items():
-        lim, spine = row.get("limiter"), row.get("gateway")
+        lim, spine = row.get("limiter"), row.get("spine") or row.get("gateway")
         if not lim or not spine or not lim.get("n") or not spine.get("n"):
             continue
         cell: dict[str, Any] = {"mode": row["mode"], "concurrency": row["concurrency"], "n": lim["n"]}
@@ -141,6 +143,9 @@ def compare_latency(latency: dict[str, Any]) -> dict[str, Any]:
             cell[f"spine_{q}_ms"] = spine[f"{q}_ms"]
             cell[f"limiter_{q}_ms"] = lim[f"{q}_ms"]
             cell[f"delta_{q}_ms"] = round(lim[f"{q}_ms"] - spine[f"{q}_ms"], 4)
+        for side, stats in (("spine", spine), ("limiter", lim)):
+            for core in ("gateway_core_busy", "load_core_busy"):
+                cell[f"{side}_{core}"] = stats.get(core)
         cell["errors"] = lim.get("errors", 0)
         out[key] = cell
     return out

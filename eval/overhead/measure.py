@@ -1,8 +1,11 @@
 """The two measurements: interleaved latency rounds, and throughput runs (wrk or the Python client).
 
 The sides are the upstream directly, the spine gateway and, when enabled, the limiter gateway (auth + Redis
-limiter). Both gateways are pinned on the same core; batches run one side at a time, so only one gateway
-is ever loaded, and the order rotates between rounds so that drift lands on every side alike.
+limiter) and the spine it is compared with (a second spine gateway over the limiter's own upstream, see
+docs/design/003). All gateways are pinned on the same core; batches run one side at a time, so only one
+gateway is ever loaded, and the order rotates between rounds so that drift lands on every side alike.
+Each latency cell also records how busy both cores were while its batches ran: a cell whose load core
+was saturated measures that core (upstream, Redis and client share it), not the gateway.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from eval.overhead.client import (
     run_batch,
     run_for,
 )
-from eval.overhead.procs import CpuProbe
+from eval.overhead.procs import CpuProbe, cpu_times
 from eval.overhead.report import UPSTREAM_BOUND_RATIO, summarize_ns
 from eval.overhead.wrk import run_wrk, wrk_script
 
@@ -45,16 +48,21 @@ class Options:
     limiter: bool = False
     limiter_concurrency: tuple[int, ...] = (1, 8)
     speculative: bool = False  # the limiter gateway runs with limits.speculative on
+    # "static": the limiter and its own spine relay to the static upstream (docs/design/003: with the
+    # simulator there, Redis, the simulator and the client saturate the load core); "shared": both use
+    # the main upstream and the limiter is compared with the main gateway.
+    limiter_upstream: str = "static"
 
 
 @dataclass(frozen=True, slots=True)
 class Side:
     """One thing the load is sent to. `pid` is the gateway whose CPU a run is charged to."""
 
-    name: str  # "direct", "gateway" (the spine) or "limiter"
+    name: str  # "direct", "gateway" (the spine), "spine" (the limiter's spine) or "limiter"
     port: int
     pid: int
     headers: tuple[tuple[str, str], ...] = ()
+    upstream_pid: int = 0  # the upstream this side relays to, when not the main one
 
     def raw(self, body: bytes) -> bytes:
         return raw_request(self.port, body, self.headers)
@@ -66,10 +74,12 @@ class Endpoints:
     gateway: Side
     upstream_pid: int
     limiter: Side | None = None
+    spine: Side | None = None  # the limiter's spine when it has its own upstream; else `gateway` is it
 
     def sides(self, with_limiter: bool = True) -> tuple[Side, ...]:
-        extra = (self.limiter,) if with_limiter and self.limiter is not None else ()
-        return (self.direct, self.gateway, *extra)
+        if not with_limiter or self.limiter is None:
+            return (self.direct, self.gateway)
+        return (self.direct, self.gateway, *((self.spine,) if self.spine else ()), self.limiter)
 
 
 def rotated(sides: Sequence[Side], r: int) -> list[Side]:
@@ -78,8 +88,29 @@ def rotated(sides: Sequence[Side], r: int) -> list[Side]:
     return [*sides[k:], *sides[:k]]
 
 
-def _stats(cell: Sample, stream: bool) -> dict[str, Any]:
+class CoreUse:
+    """Busy and total jiffies of the gateway and load cores, summed over one side's batches."""
+
+    def __init__(self) -> None:
+        self.busy: dict[int, int] = {}
+        self.total: dict[int, int] = {}
+
+    def add(self, before: dict[int, tuple[int, int, int]], after: dict[int, tuple[int, int, int]]) -> None:
+        for cpu, (busy, total, _steal) in after.items():
+            if cpu in before:
+                self.busy[cpu] = self.busy.get(cpu, 0) + busy - before[cpu][0]
+                self.total[cpu] = self.total.get(cpu, 0) + total - before[cpu][1]
+
+    def share(self, cpu: int | None) -> float | None:
+        if cpu is None or not self.total.get(cpu):
+            return None
+        return round(self.busy[cpu] / self.total[cpu], 3)
+
+
+def _stats(cell: Sample, stream: bool, cores: CoreUse, opts: Options) -> dict[str, Any]:
     stats: dict[str, Any] = dict(summarize_ns(cell.latencies_ns))
+    stats["gateway_core_busy"] = cores.share(opts.gateway_cpu)
+    stats["load_core_busy"] = cores.share(opts.load_cpu)
     stats["errors"] = cell.errors
     if cell.first_error:
         stats["first_error"] = cell.first_error
@@ -109,15 +140,18 @@ async def measure_latency(opts: Options, ep: Endpoints, progress: Callable[[str]
         for mode in ("unary", "stream"):
             progress(f"latency {mode} @{c} ({', '.join(s.name for s in sides)})")
             cells = {s.name: Sample([]) for s in sides}
+            cores = {s.name: CoreUse() for s in sides}
             per_round = max(c, math.ceil(opts.requests / opts.rounds))
             for r in range(opts.rounds):
                 # Rotate which side goes first so slow drift (thermal, neighbours) cancels out.
                 for s in rotated(sides, r):
                     n = s.name
+                    before = cpu_times()
                     await run_batch(by_side[n], raws[n][mode], per_round, mode == "stream", cells[n])
+                    cores[n].add(before, cpu_times())
             row: dict[str, Any] = {"mode": mode, "concurrency": c}
             for name, cell in cells.items():
-                row[name] = _stats(cell, mode == "stream")
+                row[name] = _stats(cell, mode == "stream", cores[name], opts)
             d, g = row["direct"], row["gateway"]
             if d.get("n") and g.get("n"):
                 row["added_p50_ms"] = round(g["p50_ms"] - d["p50_ms"], 4)
@@ -161,12 +195,13 @@ async def measure_throughput(
                 progress(f"throughput {mode} {side.name} run {r + 1}/{opts.tp_rounds}")
                 # A direct run is charged to the spine gateway (idle then), as before the limiter side.
                 gw_pid = ep.gateway.pid if side.name == "direct" else side.pid
-                before = CpuProbe.take(gw_pid, ep.upstream_pid)
+                up_pid = side.upstream_pid or ep.upstream_pid
+                before = CpuProbe.take(gw_pid, up_pid)
                 if opts.use_wrk:
                     run = run_wrk(side.port, scripts[side.name], opts.tp_concurrency, opts.duration)
                 else:
                     run = await _python_run(side, body, opts, mode == "stream")
-                after = CpuProbe.take(gw_pid, ep.upstream_pid)
+                after = CpuProbe.take(gw_pid, up_pid)
                 lc, gc = opts.load_cpu, opts.gateway_cpu
                 run["cpu"] = after.since(before, run["requests"], gc if gc is not None else 0, lc or 0)
                 run["side"] = side.name
@@ -191,7 +226,11 @@ async def measure_throughput(
         }
         lim = best.get("limiter")
         if lim is not None:
+            # The limiter's ratio is over the spine it is compared with (its own, or the gateway).
+            spine = best.get("spine") or best["gateway"]
+            s_rps = spine["rps"] if spine else None
+            results[mode]["spine_rps"] = s_rps
             results[mode]["limiter_rps"] = lim["rps"]
             results[mode]["limiter_best"] = lim
-            results[mode]["limiter_over_gateway"] = round(lim["rps"] / g_rps, 3) if g_rps else None
+            results[mode]["limiter_over_spine"] = round(lim["rps"] / s_rps, 3) if s_rps else None
     return results

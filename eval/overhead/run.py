@@ -93,9 +93,9 @@ def _start(
         spawned(_serve(policy, gw_port), opts.gateway_cpu, _healthz(gw_port), work / "gateway.log", quiet)
     )
     direct = Side("direct", up_port, up.pid)
-    spine = Side("gateway", gw_port, gw.pid)
+    spine_side = Side("gateway", gw_port, gw.pid)
     if not opts.limiter:
-        return Endpoints(direct, spine, up.pid)
+        return Endpoints(direct, spine_side, up.pid)
 
     redis_server = shutil.which("redis-server") or "/usr/bin/redis-server"
     redis_port, lim_port = free_port(), free_port()
@@ -103,9 +103,38 @@ def _start(
     progress(f"starting redis-server on :{redis_port} and the limiter gateway on :{lim_port}")
     redis_log = work / "redis.log"
     stack.enter_context(spawned(redis_args(redis_server, redis_port), opts.load_cpu, redis_url, redis_log))
+    spine: Side | None = None
+    lim_up_port, lim_up_pid = up_port, 0
+    if opts.limiter_upstream == "static" and opts.upstream != "static":
+        # The limiter comparison gets its own upstream and spine: with the simulator (~80 us of CPU per
+        # request) beside Redis and the client, the load core saturates during the limiter's rounds and
+        # the delta measures that core, not the gateway (docs/design/003, "The limiter comparison").
+        lim_up_port, spine_port = free_port(), free_port()
+        progress(f"starting the static upstream on :{lim_up_port} and the limiter's spine on :{spine_port}")
+        lim_up = stack.enter_context(
+            spawned(
+                [sys.executable, "-m", "eval.overhead", "--serve-static", str(lim_up_port)],
+                opts.load_cpu,
+                f"http://127.0.0.1:{lim_up_port}/health",
+                work / "upstream-static.log",
+            )
+        )
+        lim_up_pid = lim_up.pid
+        spine_policy = work / "policy-spine.yaml"
+        write_policy(spine_policy, lim_up_port)
+        spine_proc = stack.enter_context(
+            spawned(
+                _serve(spine_policy, spine_port),
+                opts.gateway_cpu,
+                _healthz(spine_port),
+                work / "spine.log",
+                quiet,
+            )
+        )
+        spine = Side("spine", spine_port, spine_proc.pid, upstream_pid=lim_up_pid)
     key = generate_key()
     lim_policy = work / "policy-limiter.yaml"
-    write_limiter_policy(lim_policy, up_port, hash_key(key), speculative=opts.speculative)
+    write_limiter_policy(lim_policy, lim_up_port, hash_key(key), speculative=opts.speculative)
     lim = stack.enter_context(
         spawned(
             _serve(lim_policy, lim_port),
@@ -116,7 +145,8 @@ def _start(
         )
     )
     auth = (("Authorization", f"Bearer {key}"),)
-    return Endpoints(direct, spine, up.pid, Side("limiter", lim_port, lim.pid, auth))
+    limiter = Side("limiter", lim_port, lim.pid, auth, upstream_pid=lim_up_pid)
+    return Endpoints(direct, spine_side, up.pid, limiter, spine)
 
 
 def _serve(policy: Path, port: int) -> list[str]:
@@ -166,16 +196,16 @@ def run_benchmark(opts: Options, argv: Sequence[str]) -> dict[str, Any]:
             raise
         memory = proc_status(ep.gateway.pid)
         if ep.limiter is not None:
+            spine = ep.spine or ep.gateway
             limiter = {
+                "upstream": "static" if ep.spine is not None or opts.upstream == "static" else opts.upstream,
                 "latency": compare_latency(latency),
                 "throughput": {
-                    mode: {k: row.get(k) for k in ("gateway_rps", "limiter_rps", "limiter_over_gateway")}
+                    mode: {k: row.get(k) for k in ("spine_rps", "limiter_rps", "limiter_over_spine")}
                     for mode, row in throughput.items()
                 },
                 "backend_seconds": backend_phases(scraped["limiter"], scrape_histogram(ep.limiter.port)),
-                "spine_backend_seconds": backend_phases(
-                    scraped["gateway"], scrape_histogram(ep.gateway.port)
-                ),
+                "spine_backend_seconds": backend_phases(scraped[spine.name], scrape_histogram(spine.port)),
                 "memory": proc_status(ep.limiter.pid),
                 "redis": _redis_version(),
             }
@@ -186,7 +216,7 @@ def run_benchmark(opts: Options, argv: Sequence[str]) -> dict[str, Any]:
         warnings.append("wrk not used: throughput measured with the Python client, which may cap it")
     for key, row in latency.items():
         if row["mode"] == "stream":
-            for side in ("direct", "gateway", "limiter"):
+            for side in ("direct", "gateway", "spine", "limiter"):
                 chunks = row.get(side, {}).get("chunks_mean")
                 if chunks is not None and chunks != STREAM_TOKENS + 1:
                     warnings.append(
@@ -220,6 +250,7 @@ def run_benchmark(opts: Options, argv: Sequence[str]) -> dict[str, Any]:
             "limiter": opts.limiter,
             "limiter_concurrency": list(opts.limiter_concurrency) if opts.limiter else [],
             "speculative": opts.speculative,
+            "limiter_upstream": opts.limiter_upstream,
         },
         "environment": environment(),
         "latency": latency,
@@ -281,6 +312,14 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         action="store_true",
         help="the limiter gateway overlaps admission with the pool call (limits.speculative)",
     )
+    p.add_argument(
+        "--limiter-upstream",
+        choices=("static", "shared"),
+        default="static",
+        help="static (default): the limiter and its own spine gateway relay to the static upstream, so the "
+        "load core (upstream, Redis, client) does not saturate; shared: both use --upstream and the "
+        "limiter is compared with the main gateway",
+    )
     p.add_argument("--out", type=Path, default=Path("bench-results/overhead.json"), help="JSON report path")
     p.add_argument("--serve-static", type=int, metavar="PORT", help=argparse.SUPPRESS)
     return p.parse_args(list(argv))
@@ -309,6 +348,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         limiter=not args.no_limiter and _has_redis_server(),
         limiter_concurrency=tuple(int(x) for x in args.limiter_concurrency.split(",") if x),
         speculative=args.speculative,
+        limiter_upstream=args.limiter_upstream,
     )
     report = run_benchmark(opts, ["python", "-m", "eval.bench_overhead", *args_list])
     print(render(report))

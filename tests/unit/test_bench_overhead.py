@@ -20,9 +20,17 @@ from eval.overhead.limiter import (
     summarize_histogram,
     write_limiter_policy,
 )
-from eval.overhead.measure import Side, rotated
+from eval.overhead.measure import CoreUse, Endpoints, Side, rotated
 from eval.overhead.procs import write_policy
-from eval.overhead.report import TARGETS, Target, evaluate_targets, percentile, render, summarize_ns
+from eval.overhead.report import (
+    TARGETS,
+    Target,
+    evaluate_targets,
+    percentile,
+    render,
+    render_limiter,
+    summarize_ns,
+)
 from eval.overhead.wrk import parse_wrk, wrk_script
 from gateway.config import load_policy
 from gateway.keys import generate_key, hash_key
@@ -268,13 +276,66 @@ def test_limiter_comparison_target_and_render() -> None:
         "memory": {"vmrss_mb": 70.0, "vmhwm_mb": 71.0},
         "redis": "Redis server v=7.0",
     }
-    report["throughput"]["unary"].update(limiter_rps=4000.0, limiter_best=None, limiter_over_gateway=0.71)
+    report["throughput"]["unary"].update(limiter_rps=4000.0, limiter_best=None, limiter_over_spine=0.71)
     report["targets"] = evaluate_targets(report)
     by_name = {t["name"]: t for t in report["targets"]}
-    limiter_target = by_name["limiter added P99 at c=8 (auth + Redis limiter - spine, non-streaming)"]
+    limiter_target = by_name[LIMITER_TARGET]
     assert limiter_target["status"] == "pass" and limiter_target["threshold"] == 1.0
+    assert limiter_target["note"] == ""  # no core figures: nothing to flag
     text = render(report)
-    assert "Limiter comparison" in text and "+0.700" in text and "4,000 req/s" in text
+    assert "Limiter comparison" in text and "+0.700" in text and "4,000 req/s" in text and "x0.71" in text
     assert "P99 <= 1.000 ms" in text
     json.dumps(report, allow_nan=False)
     assert evaluate_targets(_report(limiter=None))[-1]["status"] == "n/a"
+
+
+LIMITER_TARGET = "limiter added P99 at c=8 (auth + Redis limiter - spine, non-streaming)"
+
+
+def test_limiter_comparison_prefers_its_own_spine_and_flags_a_saturated_load_core() -> None:
+    report = _report()
+    row8 = report["latency"]["unary@8"]
+    # The main gateway (over the simulator) is not the limiter's spine when a "spine" side exists.
+    row8["spine"] = {"n": 10, "p50_ms": 1.0, "p99_ms": 1.5, "gateway_core_busy": 0.97, "load_core_busy": 0.6}
+    row8["limiter"] = {
+        "n": 10,
+        "p50_ms": 1.4,
+        "p99_ms": 2.0,
+        "gateway_core_busy": 0.85,
+        "load_core_busy": 0.66,
+    }
+    cmp = compare_latency(report["latency"])["unary@8"]
+    assert cmp["spine_p99_ms"] == 1.5 and cmp["delta_p99_ms"] == pytest.approx(0.5)
+    assert cmp["spine_gateway_core_busy"] == 0.97 and cmp["limiter_load_core_busy"] == 0.66
+    report["limiter"] = {"latency": {"unary@8": cmp}}
+    target = {t["name"]: t for t in evaluate_targets(report)}[LIMITER_TARGET]
+    assert target["status"] == "pass" and target["note"] == ""
+    text = "\n".join(render_limiter({"upstream": "static", "latency": {"unary@8": cmp}}, {}))
+    assert "97%/60%" in text and "85%/66%" in text and "upstream of both: static" in text
+    # The same delta with the load core saturated during the limiter's batches: still judged, but flagged.
+    cmp["limiter_load_core_busy"] = 0.96
+    target = {t["name"]: t for t in evaluate_targets(report)}[LIMITER_TARGET]
+    assert target["status"] == "pass" and "load core 96% busy" in target["note"]
+
+
+def test_sides_put_the_limiters_spine_before_the_limiter() -> None:
+    direct, gw, spine, lim = (Side(n, i, i) for i, n in enumerate(("direct", "gateway", "spine", "limiter")))
+    assert [s.name for s in Endpoints(direct, gw, 0, lim, spine).sides()] == [
+        "direct",
+        "gateway",
+        "spine",
+        "limiter",
+    ]
+    assert [s.name for s in Endpoints(direct, gw, 0, lim).sides()] == ["direct", "gateway", "limiter"]
+    assert [s.name for s in Endpoints(direct, gw, 0, lim, spine).sides(with_limiter=False)] == [
+        "direct",
+        "gateway",
+    ]
+
+
+def test_core_use_sums_batches_per_core() -> None:
+    use = CoreUse()
+    use.add({0: (10, 100, 0), 1: (0, 100, 0)}, {0: (60, 200, 0), 1: (100, 200, 0)})
+    use.add({0: (60, 200, 0), 1: (100, 200, 0)}, {0: (80, 300, 0), 1: (190, 300, 0)})
+    assert use.share(0) == 0.35 and use.share(1) == 0.95
+    assert use.share(None) is None and use.share(7) is None
