@@ -289,13 +289,17 @@ def build_cache(
         )
         # Imported here: numpy, onnxruntime and the encoder load only when the semantic cache is on.
         from router.embedding import QuestionEmbedder
-        from router.encoder import Encoder
+        from router.encoder import FULL_LAYERS, Encoder
 
         shared = next((r.difficulty for r in routed.values() if r.difficulty is not None), None)
         try:
-            if shared is not None:
+            if shared is not None and shared.encoder.identity.layers == FULL_LAYERS:
                 # The router's encoder and its one inference thread: one model in memory, one core.
                 question = QuestionEmbedder(shared.encoder, cfg.semantic_max_tokens, shared.executor)
+            elif shared is not None:
+                # The router serves a truncated variant, whose cosine is not what the cache's threshold
+                # was fitted on: the full model, still on the router's one inference thread.
+                question = QuestionEmbedder(Encoder.load(), cfg.semantic_max_tokens, shared.executor)
             else:
                 question = QuestionEmbedder(Encoder.load(), cfg.semantic_max_tokens)
             question.encoder.remember(4096)

@@ -183,7 +183,8 @@ class DifficultyModel:
     ) -> DifficultyModel:
         """`path=None` loads the shipped default artifact; `encoder_path=None` the built encoder."""
         artifact = load_artifact(path)
-        encoder = Encoder.load(encoder_path)
+        # The artifact names the encoder depth its head was trained on (the variant of the same model).
+        encoder = Encoder.load(encoder_path, layers=artifact.encoder.layers)
         trained, local = artifact.encoder, encoder.identity
         if trained.dim != local.dim or trained.recipe_version != local.recipe_version:
             raise RouterArtifactError(

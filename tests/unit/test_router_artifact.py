@@ -16,7 +16,7 @@ import pytest
 
 from router.artifact import default_artifact_dir, load_artifact
 from router.difficulty import DifficultyModel, RouterArtifactError
-from router.encoder import Encoder, default_encoder_dir
+from router.encoder import FULL_LAYERS, ROUTER_LAYERS, Encoder, default_encoder_dir, variant_file
 
 
 @pytest.fixture(scope="module")
@@ -136,3 +136,49 @@ def test_corrupt_encoder_model(tmp_path: Path) -> None:
     (enc / "model.onnx").write_bytes(b"\x00" * 1024)
     with pytest.raises(RouterArtifactError, match="cannot load the router encoder"):
         Encoder.load(enc)
+
+
+# -- encoder depth (recipe 3): the router serves the 3-layer variant, the semantic cache the full model --
+
+
+def test_shipped_artifact_serves_the_three_layer_variant(model: DifficultyModel) -> None:
+    assert model.artifact.encoder.layers == ROUTER_LAYERS == 3
+    assert model.encoder.identity.layers == 3
+    assert "first 3 layers" in model.identity
+    full = Encoder.load()
+    assert full.identity.layers == FULL_LAYERS
+    assert full.identity.model_sha256 != model.encoder.identity.model_sha256
+    # Same tokenizer and pooling, another depth: related but different vectors.
+    a, b = (
+        full.embed_one("What is the capital of France?", 32),
+        model.encoder.embed_one("What is the capital of France?", 32),
+    )
+    assert 0.2 < float(a @ b) < 0.99
+
+
+def test_a_missing_or_corrupt_variant_names_the_file(tmp_path: Path) -> None:
+    enc = tmp_path / "encoder"
+    shutil.copytree(default_encoder_dir(), enc)
+    (enc / variant_file(3)).unlink()
+    with pytest.raises(RouterArtifactError, match=r"model-l3\.onnx: router encoder file missing"):
+        Encoder.load(enc, layers=3)
+    Encoder.load(enc)  # the full model does not need it
+    with pytest.raises(RouterArtifactError, match=r"model-l3\.onnx: router encoder file missing"):
+        DifficultyModel.load(encoder_path=enc)
+    shutil.copyfile(default_encoder_dir() / "model.onnx", enc / variant_file(3))  # the wrong depth's file
+    with pytest.raises(RouterArtifactError, match="does not match its own manifest"):
+        Encoder.load(enc, layers=3)
+    with pytest.raises(RouterArtifactError, match="no 4-layer variant recorded"):
+        shutil.copyfile(enc / variant_file(3), enc / variant_file(4))
+        Encoder.load(enc, layers=4)
+
+
+def test_an_artifact_without_a_depth_is_a_full_depth_one(artifact_copy: Path) -> None:
+    path = artifact_copy / "manifest.json"
+    manifest = json.loads(path.read_text())
+    del manifest["encoder"]["layers"]  # an artifact written before recipe 3
+    path.write_text(json.dumps(manifest))
+    assert load_artifact(artifact_copy).encoder.layers == FULL_LAYERS
+    # ...so it loads the full model, whose probe is not the one this head recorded.
+    with pytest.raises(RouterArtifactError, match="probe embedding"):
+        DifficultyModel.load(artifact_copy)
