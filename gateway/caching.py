@@ -293,15 +293,14 @@ def build_cache(
 
         shared = next((r.difficulty for r in routed.values() if r.difficulty is not None), None)
         try:
+            # On the router's one inference thread when there is a router (one core for both), with its
+            # encoder only at full depth: a truncated variant's cosine is not what the cache's
+            # threshold was fitted on (docs/design/015).
             if shared is not None and shared.encoder.identity.layers == FULL_LAYERS:
-                # The router's encoder and its one inference thread: one model in memory, one core.
                 question = QuestionEmbedder(shared.encoder, cfg.semantic_max_tokens, shared.executor)
-            elif shared is not None:
-                # The router serves a truncated variant, whose cosine is not what the cache's threshold
-                # was fitted on: the full model, still on the router's one inference thread.
-                question = QuestionEmbedder(Encoder.load(), cfg.semantic_max_tokens, shared.executor)
             else:
-                question = QuestionEmbedder(Encoder.load(), cfg.semantic_max_tokens)
+                executor = shared.executor if shared is not None else None
+                question = QuestionEmbedder(Encoder.load(), cfg.semantic_max_tokens, executor)
             question.encoder.remember(4096)
             closers.append(question.close)
             embedder = question

@@ -198,7 +198,7 @@ def run_benchmark(opts: Options, argv: Sequence[str]) -> dict[str, Any]:
         if ep.limiter is not None:
             spine = ep.spine or ep.gateway
             limiter = {
-                "upstream": "static" if ep.spine is not None or opts.upstream == "static" else opts.upstream,
+                "upstream": "static" if ep.spine is not None else opts.upstream,
                 "latency": compare_latency(latency),
                 "throughput": {
                     mode: {k: row.get(k) for k in ("spine_rps", "limiter_rps", "limiter_over_spine")}

@@ -190,10 +190,8 @@ def export(out_dir: Path) -> Path:
             "dim": HIDDEN,
             "max_positions": 512,
             "layers": FULL_LAYERS,
-            "variants": {
-                str(k): {"file": variant_file(k), "model_sha256": _sha256(stage / variant_file(k))}
-                for k in VARIANT_LAYERS
-            },
+            # Each variant's file is `variant_file(K)`; its own hash here, its probe below.
+            "variants": {str(k): {"model_sha256": _sha256(stage / variant_file(k))} for k in VARIANT_LAYERS},
         }
         (stage / ENCODER_MANIFEST).write_text(json.dumps(meta, indent=2) + "\n")
         # Each probe is computed through the serving path itself, so it is what a head was trained on.
