@@ -93,9 +93,9 @@ def _start(
         spawned(_serve(policy, gw_port), opts.gateway_cpu, _healthz(gw_port), work / "gateway.log", quiet)
     )
     direct = Side("direct", up_port, up.pid)
-    spine_side = Side("gateway", gw_port, gw.pid)
+    main = Side("gateway", gw_port, gw.pid)
     if not opts.limiter:
-        return Endpoints(direct, spine_side, up.pid)
+        return Endpoints(direct, main, up.pid)
 
     redis_server = shutil.which("redis-server") or "/usr/bin/redis-server"
     redis_port, lim_port = free_port(), free_port()
@@ -146,7 +146,7 @@ def _start(
     )
     auth = (("Authorization", f"Bearer {key}"),)
     limiter = Side("limiter", lim_port, lim.pid, auth, upstream_pid=lim_up_pid)
-    return Endpoints(direct, spine_side, up.pid, limiter, spine)
+    return Endpoints(direct, main, up.pid, limiter, spine)
 
 
 def _serve(policy: Path, port: int) -> list[str]:

@@ -64,13 +64,13 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def _export_fp32(source: Path, out: Path, layers: int | None = None) -> None:
-    """Step 1-2; `layers` keeps only the first that many transformer layers (None: all)."""
+def _export_fp32(source: Path, out: Path, layers: int) -> None:
+    """Step 1-2 for the first `layers` transformer layers (all of them at FULL_LAYERS)."""
     import torch
     from transformers import AutoModel
 
     bert = AutoModel.from_pretrained(str(source), attn_implementation="eager").eval()
-    if layers is not None:
+    if layers < len(bert.encoder.layer):
         bert.encoder.layer = bert.encoder.layer[:layers]
         bert.config.num_hidden_layers = layers
 
@@ -136,15 +136,14 @@ def _fuse_gelu(fp32: Path, out: Path) -> None:
     model.save_model_to_file(str(out))
 
 
-def _int8(source: Path, work: Path, out: Path, layers: int | None) -> None:
-    """Steps 1-4 for the full model (`layers` None) or its first-`layers` variant, written to `out`."""
+def _int8(source: Path, work: Path, out: Path, layers: int) -> None:
+    """Steps 1-4 for the first `layers` layers (the full model at FULL_LAYERS), written to `out`."""
     from onnx import TensorProto
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    tag = "full" if layers is None else f"l{layers}"
-    fp32 = work / f"fp32-{tag}.onnx"
+    fp32 = work / f"fp32-l{layers}.onnx"
     _export_fp32(source, fp32, layers)
-    fused = work / f"fp32-gelu-{tag}.onnx"
+    fused = work / f"fp32-gelu-l{layers}.onnx"
     _fuse_gelu(fp32, fused)
     quantize_dynamic(
         str(fused),
@@ -171,8 +170,8 @@ def export(out_dir: Path) -> Path:
         work = Path(tmp)
         stage = work / "stage"
         stage.mkdir()
-        _int8(source, work, stage / "model.onnx", None)
-        for k in VARIANT_LAYERS:
+        depths = (FULL_LAYERS, *VARIANT_LAYERS)
+        for k in depths:
             _int8(source, work, stage / variant_file(k), k)
         shutil.copyfile(source / "tokenizer.json", stage / "tokenizer.json")
         meta: dict[str, Any] = {
@@ -195,11 +194,10 @@ def export(out_dir: Path) -> Path:
         }
         (stage / ENCODER_MANIFEST).write_text(json.dumps(meta, indent=2) + "\n")
         # Each probe is computed through the serving path itself, so it is what a head was trained on.
-        probe = Encoder.load(stage, verify_probe=False).embed_one(PROBE_TEXT, max_tokens=64)
-        meta["probe_embedding"] = [round(float(x), 6) for x in probe]
-        for k in VARIANT_LAYERS:
+        for k in depths:
             probe = Encoder.load(stage, layers=k, verify_probe=False).embed_one(PROBE_TEXT, max_tokens=64)
-            meta["variants"][str(k)]["probe_embedding"] = [round(float(x), 6) for x in probe]
+            entry = meta if k == FULL_LAYERS else meta["variants"][str(k)]
+            entry["probe_embedding"] = [round(float(x), 6) for x in probe]
         (stage / ENCODER_MANIFEST).write_text(json.dumps(meta, indent=2) + "\n")
         if out_dir.exists():
             shutil.rmtree(out_dir)
