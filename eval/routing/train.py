@@ -190,7 +190,9 @@ def _weights(cfg: TrainConfig) -> tuple[float, float, float]:
     return (cfg.knn_weight, cfg.linear_weight, cfg.lexical_weight)
 
 
-def _oof(ts: TrainingSet, cfg: TrainConfig, group_by_task: bool) -> tuple[np.ndarray, list[np.ndarray]]:
+def oof_predictions(
+    ts: TrainingSet, cfg: TrainConfig, group_by_task: bool
+) -> tuple[np.ndarray, list[np.ndarray]]:
     """Out-of-fold predictions of the primary rows, (primary, components), and each fold's test rows.
 
     Extra rows (other pairs, other tasks) train every fold and are never tested: the folds, and so the
@@ -212,7 +214,7 @@ def _oof(ts: TrainingSet, cfg: TrainConfig, group_by_task: bool) -> tuple[np.nda
     return preds, tests
 
 
-def _combine(preds: np.ndarray, test_sets: list[np.ndarray], cfg: TrainConfig) -> np.ndarray:
+def combine_folds(preds: np.ndarray, test_sets: list[np.ndarray], cfg: TrainConfig) -> np.ndarray:
     """Standardize within each fold (a fold's model has its own offset), then weight and sum."""
     raw = np.zeros(preds.shape[0], dtype=np.float64)
     for idx in test_sets:
@@ -245,15 +247,15 @@ def _summary(values: list[float]) -> dict[str, Any]:
 
 def fit_head(ts: TrainingSet, cfg: TrainConfig) -> tuple[Head, dict[str, Any]]:
     """The final head (components fit on all rows, calibrated out of fold) and the CV report."""
-    preds, tests = _oof(ts, cfg, group_by_task=False)
+    preds, tests = oof_predictions(ts, cfg, group_by_task=False)
     centers = preds.mean(axis=0)
     scales = np.maximum(preds.std(axis=0), 1e-12)
     raw_oof = ((preds - centers) / scales) @ np.asarray(_weights(cfg))
     cdf_raw, cdf_share = empirical_cdf(raw_oof)
-    cv: dict[str, Any] = {"id": _summary(_fold_apgr(ts, _combine(preds, tests, cfg), tests, cfg))}
+    cv: dict[str, Any] = {"id": _summary(_fold_apgr(ts, combine_folds(preds, tests, cfg), tests, cfg))}
     if len({r.task for r in ts.rows[: ts.primary]}) >= cfg.folds:
-        tpreds, ttests = _oof(ts, cfg, group_by_task=True)
-        cv["task"] = _summary(_fold_apgr(ts, _combine(tpreds, ttests, cfg), ttests, cfg))
+        tpreds, ttests = oof_predictions(ts, cfg, group_by_task=True)
+        cv["task"] = _summary(_fold_apgr(ts, combine_folds(tpreds, ttests, cfg), ttests, cfg))
     head = Head(
         components=tuple(fit_components(ts, np.arange(len(ts.rows)), cfg)),
         centers=tuple(float(c) for c in centers),

