@@ -22,15 +22,20 @@ def _data() -> tuple[list[list[int]], np.ndarray]:
     return [enc.token_ids(t, 32) for t in texts], gain
 
 
-def test_fine_tune_learns_a_separable_target_and_scores_unseen_rows() -> None:
+@pytest.mark.parametrize("hard_is_positive", [True, False])
+def test_fine_tune_learns_a_separable_target_and_scores_unseen_rows(hard_is_positive: bool) -> None:
+    # Both label directions must be learned: an untrained head ranks the two groups the same way in
+    # both runs, so it passes at most one of them.
     ids, gain = _data()
+    if not hard_is_positive:
+        gain = 1.0 - gain
     train = np.array([i for i in range(48) if i % 4 != 0])
     test = np.array([i for i in range(48) if i % 4 == 0])
     tuned = fine_tune(ids, gain, train, FAST)
     assert tuned.embeddings.shape == (48, 384)
     assert np.allclose(np.linalg.norm(tuned.embeddings, axis=1), 1.0, atol=1e-5)
-    hard, easy = tuned.head[test][gain[test] == 1], tuned.head[test][gain[test] == 0]
-    assert hard.min() > easy.max()  # every held-out hard row ranks above every easy one
+    pos, neg = tuned.head[test][gain[test] == 1], tuned.head[test][gain[test] == 0]
+    assert pos.min() > neg.max()  # every held-out positive row ranks above every negative one
 
 
 def test_fine_tune_sees_only_its_training_rows() -> None:
