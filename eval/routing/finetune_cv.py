@@ -53,6 +53,7 @@ from eval.routing.train import (
     select_rows,
 )
 from router.encoder import Embeddings, Encoder
+from router.head import Component, fit_knn, fit_ridge
 
 HIDDEN_DIM = 384  # MiniLM-L6's width
 
@@ -168,6 +169,13 @@ def fine_tune(
     return Tuned(embeddings=emb, head=head)
 
 
+def _embedding_components(
+    emb: Embeddings, gain: FloatArray, idx: np.ndarray, cfg: TrainConfig
+) -> list[Component]:
+    """fit_components' kNN and ridge (same order, same hyper-parameters) on other embeddings."""
+    return [fit_knn(emb[idx], gain[idx], cfg.ks, cfg.rank), fit_ridge(emb[idx], gain[idx], cfg.alpha)]
+
+
 def _zscore(values: FloatArray, tests: list[np.ndarray]) -> FloatArray:
     out = np.zeros_like(values)
     for idx in tests:
@@ -201,11 +209,10 @@ def cross_validate(
             continue
         tuned = fine_tune(token_ids, ts.gain, train_idx, ft)
         head[test_idx] = tuned.head[test_idx]
-        on_tuned = dataclasses.replace(ts, embeddings=tuned.embeddings)
-        texts = [ts.texts[i] for i in test_idx]
-        for j, comp in enumerate(fit_components(on_tuned, train_idx, cfg)):
-            comps[test_idx, j] = comp.predict(tuned.embeddings[test_idx], texts)
+        for j, comp in enumerate(_embedding_components(tuned.embeddings, ts.gain, train_idx, cfg)):
+            comps[test_idx, j] = comp.predict(tuned.embeddings[test_idx], [])
         progress(f"fold {k + 1}/{cfg.folds} ({'task' if group_by_task else 'id'} folds)")
+    comps[:, 2] = frozen_preds[:, 2]  # the lexical component reads text only: same fit, same scores
     combo = combine_folds(comps, tests, cfg)
     z_head = _zscore(head, tests)
     scores = {
@@ -269,8 +276,9 @@ def score_held_out(
     everything = np.arange(n)
     weights = np.asarray((cfg.knn_weight, cfg.linear_weight, cfg.lexical_weight))
     tuned = fine_tune([*token_ids[:n], *(i for h in sets for i in h.token_ids)], ts.gain[:n], everything, ft)
-    tuned_comps = fit_components(dataclasses.replace(ts, embeddings=tuned.embeddings[:n]), everything, cfg)
     frozen_comps = fit_components(ts, everything, cfg)
+    # kNN and ridge refitted on the tuned embeddings; the lexical component reads text only.
+    tuned_comps = [*_embedding_components(tuned.embeddings, ts.gain, everything, cfg), frozen_comps[2]]
     out: dict[str, dict[str, float]] = {}
     offset = n
     for h in sets:
