@@ -41,11 +41,13 @@ import numpy as np
 
 from eval.routing.data import FloatArray, kfold_indices, load_rows, pair_outcomes
 from eval.routing.embed_cache import embed_texts
+from eval.routing.export_encoder import HIDDEN
 from eval.routing.metrics import apgr, routing_curve
 from eval.routing.train import (
     TrainConfig,
     TrainingSet,
     combine_folds,
+    component_weights,
     fit_components,
     oof_predictions,
     prepare,
@@ -54,10 +56,6 @@ from eval.routing.train import (
 )
 from router.encoder import Embeddings, Encoder
 from router.head import Component, fit_knn, fit_ridge
-
-HIDDEN_DIM = 384  # MiniLM-L6's width
-
-CANDIDATES = ("frozen", "ft_head", "ft_combo", "ft_combo_head", "ft_head_lex")
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +94,7 @@ def _regressor(layers: int) -> Any:
             bert.encoder.layer = bert.encoder.layer[:layers]
             bert.config.num_hidden_layers = layers
             self.bert = bert
-            self.head = torch.nn.Linear(HIDDEN_DIM, 1)
+            self.head = torch.nn.Linear(HIDDEN, 1)
 
         def pool(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
             hidden = self.bert(input_ids=ids, attention_mask=mask).last_hidden_state
@@ -158,7 +156,7 @@ def fine_tune(
             schedule.step()
     net.eval()
     n = len(token_ids)
-    emb = np.zeros((n, HIDDEN_DIM), dtype=np.float32)
+    emb = np.zeros((n, HIDDEN), dtype=np.float32)
     head = np.zeros(n, dtype=np.float64)
     with torch.no_grad():
         for start in range(0, n, 256):
@@ -174,6 +172,20 @@ def _embedding_components(
 ) -> list[Component]:
     """fit_components' kNN and ridge (same order, same hyper-parameters) on other embeddings."""
     return [fit_knn(emb[idx], gain[idx], cfg.ks, cfg.rank), fit_ridge(emb[idx], gain[idx], cfg.alpha)]
+
+
+def _candidates(
+    frozen: FloatArray, z: FloatArray, z_head: FloatArray, cfg: TrainConfig
+) -> dict[str, FloatArray]:
+    """The compared scores from standardized parts: `z` = (kNN, ridge, lexical) on the tuned embeddings."""
+    combo = z @ np.asarray(component_weights(cfg))
+    return {
+        "frozen": frozen,
+        "ft_head": z_head,
+        "ft_combo": combo,
+        "ft_combo_head": combo + z_head,
+        "ft_head_lex": z_head + z[:, 2],
+    }
 
 
 def _zscore(values: FloatArray, tests: list[np.ndarray]) -> FloatArray:
@@ -213,15 +225,8 @@ def cross_validate(
             comps[test_idx, j] = comp.predict(tuned.embeddings[test_idx], [])
         progress(f"fold {k + 1}/{cfg.folds} ({'task' if group_by_task else 'id'} folds)")
     comps[:, 2] = frozen_preds[:, 2]  # the lexical component reads text only: same fit, same scores
-    combo = combine_folds(comps, tests, cfg)
-    z_head = _zscore(head, tests)
-    scores = {
-        "frozen": combine_folds(frozen_preds, tests, cfg),
-        "ft_head": head,
-        "ft_combo": combo,
-        "ft_combo_head": combo + z_head,
-        "ft_head_lex": z_head + _zscore(comps[:, 2], tests),
-    }
+    z = np.column_stack([_zscore(comps[:, j], tests) for j in range(comps.shape[1])])
+    scores = _candidates(combine_folds(frozen_preds, tests, cfg), z, _zscore(head, tests), cfg)
     per_fold = {
         name: [
             round(float(apgr(routing_curve(s[i], ts.strong_score[i], ts.weak_score[i]))), 4) for i in tests
@@ -274,7 +279,6 @@ def score_held_out(
     """
     n = ts.primary
     everything = np.arange(n)
-    weights = np.asarray((cfg.knn_weight, cfg.linear_weight, cfg.lexical_weight))
     tuned = fine_tune([*token_ids[:n], *(i for h in sets for i in h.token_ids)], ts.gain[:n], everything, ft)
     frozen_comps = fit_components(ts, everything, cfg)
     # kNN and ridge refitted on the tuned embeddings; the lexical component reads text only.
@@ -289,13 +293,7 @@ def score_held_out(
         z_frozen = (frozen - oof["frozen"].mean(0)) / oof["frozen"].std(0)
         z = (comps - oof["components"].mean(0)) / oof["components"].std(0)
         z_head = (tuned.head[rows] - oof["ft_head"].mean()) / oof["ft_head"].std()
-        scores = {
-            "frozen": z_frozen @ weights,
-            "ft_head": z_head,
-            "ft_combo": z @ weights,
-            "ft_combo_head": z @ weights + z_head,
-            "ft_head_lex": z_head + z[:, 2],
-        }
+        scores = _candidates(z_frozen @ np.asarray(component_weights(cfg)), z, z_head, cfg)
         out[h.name] = {
             k: round(float(apgr(routing_curve(v, h.strong, h.weak))), 4) for k, v in scores.items()
         }

@@ -186,7 +186,7 @@ def fit_components(ts: TrainingSet, idx: np.ndarray, cfg: TrainConfig) -> list[C
     ]
 
 
-def _weights(cfg: TrainConfig) -> tuple[float, float, float]:
+def component_weights(cfg: TrainConfig) -> tuple[float, float, float]:
     return (cfg.knn_weight, cfg.linear_weight, cfg.lexical_weight)
 
 
@@ -198,7 +198,7 @@ def oof_predictions(
     Extra rows (other pairs, other tasks) train every fold and are never tested: the folds, and so the
     CV figures, are those of the primary data alone.
     """
-    preds = np.zeros((ts.primary, len(_weights(cfg))), dtype=np.float64)
+    preds = np.zeros((ts.primary, len(component_weights(cfg))), dtype=np.float64)
     tests: list[np.ndarray] = []
     extra_idx = np.arange(ts.primary, len(ts.rows), dtype=np.int64)
     folds = kfold_indices(ts.rows[: ts.primary], cfg.folds, group_by_task=group_by_task)
@@ -220,7 +220,7 @@ def combine_folds(preds: np.ndarray, test_sets: list[np.ndarray], cfg: TrainConf
     for idx in test_sets:
         block = preds[idx]
         z = (block - block.mean(axis=0)) / np.maximum(block.std(axis=0), 1e-12)
-        raw[idx] = z @ np.asarray(_weights(cfg))
+        raw[idx] = z @ np.asarray(component_weights(cfg))
     return raw
 
 
@@ -250,7 +250,7 @@ def fit_head(ts: TrainingSet, cfg: TrainConfig) -> tuple[Head, dict[str, Any]]:
     preds, tests = oof_predictions(ts, cfg, group_by_task=False)
     centers = preds.mean(axis=0)
     scales = np.maximum(preds.std(axis=0), 1e-12)
-    raw_oof = ((preds - centers) / scales) @ np.asarray(_weights(cfg))
+    raw_oof = ((preds - centers) / scales) @ np.asarray(component_weights(cfg))
     cdf_raw, cdf_share = empirical_cdf(raw_oof)
     cv: dict[str, Any] = {"id": _summary(_fold_apgr(ts, combine_folds(preds, tests, cfg), tests, cfg))}
     if len({r.task for r in ts.rows[: ts.primary]}) >= cfg.folds:
@@ -260,7 +260,7 @@ def fit_head(ts: TrainingSet, cfg: TrainConfig) -> tuple[Head, dict[str, Any]]:
         components=tuple(fit_components(ts, np.arange(len(ts.rows)), cfg)),
         centers=tuple(float(c) for c in centers),
         scales=tuple(float(s) for s in scales),
-        weights=_weights(cfg),
+        weights=component_weights(cfg),
         cdf_raw=cdf_raw,
         cdf_share=cdf_share,
     )
