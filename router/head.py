@@ -78,6 +78,17 @@ def quantize_rows(x: F32) -> tuple[npt.NDArray[np.int8], F32]:
     return q, scale
 
 
+# Float32 similarities closer than this at a k boundary are re-ranked in float64 (KnnComponent
+# `_mean_of_tops`). Rounding differences between a batch and one request were <= 3e-7 on mmlu_dev;
+# the worst-case float32 error of a 96-d unit dot product is ~6e-6.
+AMBIGUOUS = 1e-5
+# Candidates kept beyond the largest k, so that a near-tie band at that boundary is complete.
+RERANK_MARGIN = 32
+# Float64 similarities are rounded to this many decimals before ranking, so that equal keys (duplicate
+# training prompts) rank by index whatever their last bit.
+EXACT_DECIMALS = 12
+
+
 @dataclass(frozen=True, slots=True)
 class KnnComponent:
     """Mean target of the nearest training prompts, averaged over several neighbourhood sizes.
@@ -97,37 +108,66 @@ class KnnComponent:
         q = self.projection.apply(emb)
         n = self.keys.shape[0]
         ks = sorted({min(k, n) for k in self.ks})
-        top = ks[-1]
+        wide = min(n, ks[-1] + RERANK_MARGIN)
         if q.shape[0] == 1:  # serving: one request per call (difficulty.DEFAULT_MAX_BATCH)
-            return np.array([self._predict_one(q[0], ks, top)], dtype=np.float64)
+            return np.array([self._predict_one(emb[0], q[0], ks, wide)], dtype=np.float64)
         out = np.empty(q.shape[0], dtype=np.float64)
         # Blocks bound the (block, n) similarity matrix when scoring a whole dataset.
         for start in range(0, q.shape[0], 256):
             sims = q[start : start + 256] @ self.keys.T
-            idx = (
-                np.argpartition(-sims, top - 1, axis=1)[:, :top]
-                if top < n
+            cands = (
+                np.argpartition(-sims, wide - 1, axis=1)[:, :wide]
+                if wide < n
                 else np.tile(np.arange(n), (len(sims), 1))
             )
-            order = np.argsort(-np.take_along_axis(sims, idx, axis=1), axis=1, kind="stable")
-            ranked = self.values[np.take_along_axis(idx, order, axis=1)].astype(np.float64)
-            csum = np.cumsum(ranked, axis=1)
-            out[start : start + 256] = np.mean([csum[:, k - 1] / k for k in ks], axis=0)
+            for r, cand in enumerate(cands):
+                out[start + r] = self._mean_of_tops(emb[start + r], sims[r, cand], cand, ks)
         return out
 
-    def _predict_one(self, q: F32, ks: Sequence[int], top: int) -> float:
-        """`predict` for one query row, on 1-D arrays: the same steps in the same order (a partition of
-        the negated similarities, a stable sort of the top, prefix sums), so the same neighbours and the
-        same value (tests/unit/test_router_head_fast.py), without the 2-D temporaries and index
-        broadcasting, ~0.1 ms less per request. `keys @ q` is the matrix-vector product of C-ordered
-        keys, the memory-bound part (n x r float32 read once)."""
-        sims = self.keys @ q
-        n = sims.shape[0]
-        neg = np.negative(sims, out=sims)
-        idx = np.argpartition(neg, top - 1)[:top] if top < n else np.arange(n)
-        order = np.argsort(neg[idx], kind="stable")
-        csum = np.cumsum(self.values[idx[order]], dtype=np.float64)
-        return float(np.mean([csum[k - 1] / k for k in ks]))
+    def _predict_one(self, row: F32, q: F32, ks: Sequence[int], wide: int) -> float:
+        """`predict` for one query row without the 2-D temporaries and index broadcasting (~0.1 ms
+        less per request). `keys @ q` is the matrix-vector product of C-ordered keys, the memory-bound
+        part (n x r float32 read once)."""
+        neg = np.negative(self.keys @ q)
+        n = neg.shape[0]
+        cand = np.argpartition(neg, wide - 1)[:wide] if wide < n else np.arange(n)
+        return self._mean_of_tops(row, -neg[cand], cand, ks)
+
+    def _mean_of_tops(self, row: F32, sims: F32, cand: npt.NDArray[np.intp], ks: Sequence[int]) -> float:
+        """Mean over k in `ks` of the mean value of the k most similar candidates.
+
+        `sims` are the candidates' float32 similarities. A batch's matrix product and one request's
+        matrix-vector product round them differently in the last bits, which swapped two near-tied
+        neighbours at a k boundary on 1 mmlu_dev prompt in 300: the score depended on how it was
+        computed. So where the k-th and (k+1)-th similarities are closer than AMBIGUOUS, membership
+        of the top k is decided by float64 similarities recomputed from the embedding row (rounded,
+        ties to the lower key index), the same way in both paths. Elsewhere float32 already decides.
+        """
+        order = np.argsort(-sims, kind="stable")
+        s = sims[order]
+        ranked = cand[order]
+        csum = np.cumsum(self.values[ranked], dtype=np.float64)
+        means = []
+        exact_q: F64 | None = None
+        for k in ks:
+            total = float(csum[k - 1])
+            if k < len(s) and s[k - 1] - s[k] < AMBIGUOUS:
+                # The band of near-ties around the boundary; every candidate above it is in the top k
+                # and every one below is out, whatever the rounding (errors are << AMBIGUOUS).
+                lo = int(np.searchsorted(-s, -(s[k - 1] + AMBIGUOUS), side="right"))
+                hi = int(np.searchsorted(-s, -(s[k] - AMBIGUOUS), side="left"))
+                if exact_q is None:
+                    p = self.projection
+                    exact_q = (row.astype(np.float64) - p.mean) @ p.basis
+                    exact_q /= max(float(np.linalg.norm(exact_q)), 1e-12)
+                band = np.sort(ranked[lo:hi])
+                exact = np.round(self.keys[band].astype(np.float64) @ exact_q, EXACT_DECIMALS)
+                chosen = band[np.lexsort((band, -exact))[: k - lo]]
+                total = (float(csum[lo - 1]) if lo > 0 else 0.0) + float(
+                    self.values[chosen].astype(np.float64).sum()
+                )
+            means.append(total / k)
+        return float(np.mean(means))
 
     def arrays(self, prefix: str) -> dict[str, npt.NDArray[Any]]:
         q, scale = quantize_rows(self.keys)
