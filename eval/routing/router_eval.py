@@ -173,6 +173,9 @@ def format_text(ev: Evaluation, model: DifficultyModel) -> str:
     for kind, label in (("id", "id-CV (in distribution)"), ("task", "task-held-out CV (unseen subjects)")):
         if cv.get(kind) and cv[kind].get("apgr_mean") is not None:
             lines.append(f"training {label}: APGR {cv[kind]['apgr_mean']:.4f} +- {cv[kind]['apgr_std']:.4f}")
+    caveat = model.artifact.manifest.get("training", {}).get("cv_caveat")
+    if caveat:
+        lines.append(f"NOTE: {caveat}")
     return "\n".join(lines)
 
 

@@ -35,6 +35,7 @@ Steps:
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 from collections import Counter
 from collections.abc import Sequence
@@ -49,7 +50,7 @@ from eval.routing.embed_cache import DEFAULT_CACHE_DIR, embed_texts
 from eval.routing.metrics import apgr, routing_curve
 from router.artifact import sha256_file, write_artifact
 from router.difficulty import request_text
-from router.encoder import ROUTER_LAYERS, Embeddings, Encoder
+from router.encoder import ENCODER_MANIFEST, ROUTER_LAYERS, Embeddings, Encoder
 from router.head import Component, Head, empirical_cdf, fit_knn, fit_ridge
 from router.lexical import fit_lexical
 
@@ -267,6 +268,37 @@ def fit_head(ts: TrainingSet, cfg: TrainConfig) -> tuple[Head, dict[str, Any]]:
     return head, cv
 
 
+def encoder_fine_tuning(enc: Encoder) -> dict[str, Any] | None:
+    """The delta the encoder's variant was fine-tuned with (encoder.json, recipe 4), if any."""
+    try:
+        raw = json.loads((enc.path / ENCODER_MANIFEST).read_text())
+        delta = raw["variants"][str(enc.identity.layers)].get("delta")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    return delta if isinstance(delta, dict) else None
+
+
+def cv_caveat(delta: dict[str, Any] | None, files: Sequence[str | Path]) -> str | None:
+    """Why the CV figures are optimistic, when the encoder was fine-tuned on a training file."""
+    if delta is None:
+        return None
+    tuned_on = {d.get("sha256") for d in delta.get("data") or [] if isinstance(d, dict)}
+    shared = [Path(p).name for p in files if sha256_file(Path(p)) in tuned_on]
+    if not shared:
+        return None
+    honest = delta.get("cv") or {}
+    figures = (
+        f" (measured there for this recipe: id-CV {honest['id']:.4f}, task-CV {honest['task']:.4f})"
+        if isinstance(honest, dict) and {"id", "task"} <= honest.keys()
+        else ""
+    )
+    return (
+        f"the encoder was fine-tuned on {', '.join(shared)} (delta {delta.get('file')}), so these CV "
+        "folds' test rows were seen by the encoder and the CV APGR is optimistic; the honest figures "
+        f"come from `python -m eval.routing.finetune_cv`{figures} (docs/design/008)"
+    )
+
+
 def _file_entry(path: str | Path) -> dict[str, Any]:
     p = Path(path)
     return {"path": str(p.resolve()), "name": p.name, "sha256": sha256_file(p)}
@@ -289,6 +321,7 @@ def train(
     ts = prepare(rows, cfg, enc, excluded_rows, cache_dir=cache_dir, progress=progress, extra=extra)
     head, cv = fit_head(ts, cfg)
     extra_counts = Counter(ts.rows[i].task for i in range(ts.primary, len(ts.rows)))
+    delta = encoder_fine_tuning(enc)
     training = {
         "files": [_file_entry(p) for p in data],
         "pair_files": [{**_file_entry(f.path), "strong": f.strong, "weak": f.weak} for f in pair_data],
@@ -303,6 +336,8 @@ def train(
         "dropped": ts.dropped,
         "hyper_parameters": {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(cfg).items()},
         "cv": cv,
+        "encoder_delta": delta,
+        "cv_caveat": cv_caveat(delta, [*data, *(f.path for f in pair_data)]),
     }
     path = write_artifact(
         out,

