@@ -63,6 +63,11 @@ class Projection:
     def apply(self, emb: F32) -> F32:
         return _normalize_rows(((emb - self.mean) @ self.basis).astype(np.float32))
 
+    def apply_exact(self, row: F32) -> F64:
+        """`apply` for one embedding row in float64: the kNN's tie-breaking similarities."""
+        out: F64 = (row.astype(np.float64) - self.mean) @ self.basis
+        return out / max(float(np.linalg.norm(out)), 1e-12)
+
 
 def fit_projection(emb: F32, rank: int) -> Projection:
     mean = emb.mean(axis=0).astype(np.float32)
@@ -143,7 +148,9 @@ class KnnComponent:
         of the top k is decided by float64 similarities recomputed from the embedding row (rounded,
         ties to the lower key index), the same way in both paths. Elsewhere float32 already decides.
         """
-        order = np.argsort(-sims, kind="stable")
+        neg = np.negative(sims)
+        order = np.argsort(neg, kind="stable")
+        neg_s = neg[order]  # ascending: searchsorted finds the near-tie bands on it directly
         s = sims[order]
         ranked = cand[order]
         csum = np.cumsum(self.values[ranked], dtype=np.float64)
@@ -154,12 +161,10 @@ class KnnComponent:
             if k < len(s) and s[k - 1] - s[k] < AMBIGUOUS:
                 # The band of near-ties around the boundary; every candidate above it is in the top k
                 # and every one below is out, whatever the rounding (errors are << AMBIGUOUS).
-                lo = int(np.searchsorted(-s, -(s[k - 1] + AMBIGUOUS), side="right"))
-                hi = int(np.searchsorted(-s, -(s[k] - AMBIGUOUS), side="left"))
+                lo = int(np.searchsorted(neg_s, -(s[k - 1] + AMBIGUOUS), side="right"))
+                hi = int(np.searchsorted(neg_s, -(s[k] - AMBIGUOUS), side="left"))
                 if exact_q is None:
-                    p = self.projection
-                    exact_q = (row.astype(np.float64) - p.mean) @ p.basis
-                    exact_q /= max(float(np.linalg.norm(exact_q)), 1e-12)
+                    exact_q = self.projection.apply_exact(row)
                 band = np.sort(ranked[lo:hi])
                 exact = np.round(self.keys[band].astype(np.float64) @ exact_q, EXACT_DECIMALS)
                 chosen = band[np.lexsort((band, -exact))[: k - lo]]
