@@ -53,6 +53,11 @@ class FineTuneConfig:
     warmup: float = 0.1
     weight_decay: float = 0.01
     seed: int = 0
+    # Soup size: fine-tune this many members (seeds seed, seed+1, ...) from the same base weights and
+    # average their weights before compressing (model soups, Wortsman et al. 2022). One network, one
+    # encoder run at serving time; averaging only lowers the variance a single seed's data order and
+    # head initialization leave in the weights.
+    seeds: int = 1
     threads: int = 2
     freeze_embeddings: bool = True
     delta_rank: int = DEFAULT_RANK  # 0: use the fine-tuned weights as they are (not shippable)
@@ -124,21 +129,19 @@ def _numpy_state(module: Any) -> dict[str, np.ndarray]:
     return {k: v.detach().cpu().numpy().copy() for k, v in module.state_dict().items()}
 
 
-def fine_tune(
+def _train_member(
     token_ids: Sequence[Sequence[int]],
     target: FloatArray,
     train_idx: np.ndarray,
     cfg: FineTuneConfig,
-    meta: dict[str, Any] | None = None,
-) -> Tuned:
-    """Fit on `train_idx`, compress the change to `cfg.delta_rank`, then embed and score every row."""
+    seed: int,
+) -> Any:
+    """One fine-tuned network from the base weights: `seed` fixes the head's init and the data order."""
     import torch
 
-    torch.set_num_threads(cfg.threads)
-    torch.manual_seed(cfg.seed)
-    rng = np.random.default_rng(cfg.seed)
+    torch.manual_seed(seed)
+    rng = np.random.default_rng(seed)
     net = _regressor(cfg.layers)
-    base = _numpy_state(net.bert)
     if cfg.freeze_embeddings:
         for p in net.bert.embeddings.parameters():
             p.requires_grad_(False)
@@ -165,6 +168,35 @@ def fine_tune(
             loss.backward()  # type: ignore[no-untyped-call]
             optimizer.step()
             schedule.step()
+    return net
+
+
+def fine_tune(
+    token_ids: Sequence[Sequence[int]],
+    target: FloatArray,
+    train_idx: np.ndarray,
+    cfg: FineTuneConfig,
+    meta: dict[str, Any] | None = None,
+) -> Tuned:
+    """Fit on `train_idx`, compress the change to `cfg.delta_rank`, then embed and score every row."""
+    import torch
+
+    torch.set_num_threads(cfg.threads)
+    if cfg.seeds < 1:
+        raise ValueError(f"seeds must be >= 1, got {cfg.seeds}")
+    net = _train_member(token_ids, target, train_idx, cfg, cfg.seed)
+    base = _numpy_state(_regressor(cfg.layers).bert)
+    if cfg.seeds > 1:
+        # A uniform soup: the members' float weights (encoder and head) averaged element-wise in
+        # float64; integer buffers (position ids) are the same in every member and stay as they are.
+        first = _numpy_state(net)
+        total = {k: v.astype(np.float64) for k, v in first.items() if v.dtype.kind == "f"}
+        for member in range(1, cfg.seeds):
+            state = _numpy_state(_train_member(token_ids, target, train_idx, cfg, cfg.seed + member))
+            for k in total:
+                total[k] += state[k]
+        soup = {k: torch.from_numpy((v / cfg.seeds).astype(first[k].dtype)) for k, v in total.items()}
+        net.load_state_dict(soup, strict=False)
     net.eval()
     delta = None
     if cfg.delta_rank > 0:
@@ -206,10 +238,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--exclude", nargs="*", default=[], type=Path)
     parser.add_argument("--out", type=Path, default=encoder_delta.DEFAULT_DELTA)
     parser.add_argument("--rank", type=int, default=DEFAULT_RANK)
+    parser.add_argument("--seeds", type=int, default=1, help="soup size (members averaged)")
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     cfg = TrainConfig()
-    ft = FineTuneConfig(layers=cfg.layers, delta_rank=args.rank)
+    ft = FineTuneConfig(layers=cfg.layers, delta_rank=args.rank, seeds=args.seeds)
     if ft.delta_rank < 1:
         raise SystemExit("--rank must be >= 1: the delta is what gets committed")
     encoder = base_encoder(cfg.layers)

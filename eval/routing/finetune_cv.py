@@ -216,6 +216,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--lr", type=float, default=3e-5)
     parser.add_argument(
+        "--seeds", type=int, default=1, help="fine-tune this many seeds and average their weights (a soup)"
+    )
+    parser.add_argument(
         "--delta-rank",
         type=int,
         default=DEFAULT_RANK,
@@ -239,6 +242,7 @@ def main(argv: list[str] | None = None) -> int:
         layers=args.layers,
         epochs=args.epochs,
         lr=args.lr,
+        seeds=args.seeds,
         delta_rank=args.delta_rank,
         freeze_embeddings=not args.train_embeddings,
     )

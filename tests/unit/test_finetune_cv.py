@@ -47,3 +47,43 @@ def test_fine_tune_sees_only_its_training_rows() -> None:
     a = fine_tune(ids, gain, train, FAST)
     b = fine_tune(ids, flipped, train, FAST)
     assert np.array_equal(a.head, b.head) and np.array_equal(a.embeddings, b.embeddings)
+
+
+def test_a_soup_is_the_average_of_its_members_weights() -> None:
+    # seeds=2 must be exactly "train seed 0 and seed 1 from the same base, average the weights", not
+    # e.g. one longer run or an average of predictions.
+    import dataclasses
+
+    import torch
+
+    from eval.routing.finetune import _batch, _numpy_state, _regressor, _train_member
+
+    ids, gain = _data()
+    train = np.arange(0, 48, 2)
+    cfg = dataclasses.replace(FAST, seeds=2, delta_rank=0)
+    soup = fine_tune(ids, gain, train, cfg)
+    members = [_numpy_state(_train_member(ids, gain, train, cfg, seed)) for seed in (0, 1)]
+    assert any(not np.array_equal(members[0][k], members[1][k]) for k in members[0])  # seeds differ
+    net = _regressor(cfg.layers)
+    net.load_state_dict(
+        {
+            k: torch.from_numpy(((a.astype(np.float64) + members[1][k]) / 2).astype(a.dtype))
+            for k, a in members[0].items()
+        }
+    )
+    net.eval()
+    with torch.no_grad():
+        pooled = net.pool(*_batch(ids, np.arange(48))).numpy()
+        head = net.head(torch.from_numpy(pooled)).squeeze(-1).numpy()
+    assert np.allclose(soup.embeddings, pooled, atol=1e-6)
+    assert np.allclose(soup.head, head, atol=1e-6)
+    single = fine_tune(ids, gain, train, dataclasses.replace(cfg, seeds=1))
+    assert not np.allclose(single.head, soup.head, atol=1e-4)
+
+
+def test_a_soup_needs_a_member() -> None:
+    import dataclasses
+
+    ids, gain = _data()
+    with pytest.raises(ValueError, match="seeds"):
+        fine_tune(ids, gain, np.arange(4), dataclasses.replace(FAST, seeds=0))
