@@ -19,6 +19,8 @@ The fine-tuning itself is eval/routing/finetune.py: by default with frozen embed
 change cut to rank 32, i.e. the very weights `make router-encoder` ships (`--train-embeddings
 --delta-rank 0` is the raw fine-tune, measured first). The network is fp32 torch, not the int8 serving
 graph.
+`--seeds N` fine-tunes N seeds per fit and averages their weights (a uniform soup, still one network;
+measured with 3 and not shipped: doc 008, "Weight soup of three fine-tunes").
 
     python -m eval.routing.finetune_cv --data mmlu_train.jsonl --exclude mmlu_dev.jsonl \
         [--dev mmlu_dev.jsonl] [--transfer routerbench_*_train.jsonl]
