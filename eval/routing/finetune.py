@@ -62,6 +62,10 @@ class FineTuneConfig:
     freeze_embeddings: bool = True
     delta_rank: int = DEFAULT_RANK  # 0: use the fine-tuned weights as they are (not shippable)
 
+    def __post_init__(self) -> None:
+        if self.seeds < 1:
+            raise ValueError(f"seeds must be >= 1, got {self.seeds}")
+
 
 @dataclass(frozen=True, slots=True)
 class Tuned:
@@ -129,19 +133,26 @@ def _numpy_state(module: Any) -> dict[str, np.ndarray]:
     return {k: v.detach().cpu().numpy().copy() for k, v in module.state_dict().items()}
 
 
+def _member(cfg: FineTuneConfig, seed: int) -> Any:
+    """A network at the base weights, its head initialized from `seed`."""
+    import torch
+
+    torch.manual_seed(seed)
+    return _regressor(cfg.layers)
+
+
 def _train_member(
+    net: Any,
     token_ids: Sequence[Sequence[int]],
     target: FloatArray,
     train_idx: np.ndarray,
     cfg: FineTuneConfig,
     seed: int,
 ) -> Any:
-    """One fine-tuned network from the base weights: `seed` fixes the head's init and the data order."""
+    """Fine-tune `net` (from `_member(cfg, seed)`) in place; `seed` also fixes the data order."""
     import torch
 
-    torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
-    net = _regressor(cfg.layers)
     if cfg.freeze_embeddings:
         for p in net.bert.embeddings.parameters():
             p.requires_grad_(False)
@@ -182,17 +193,17 @@ def fine_tune(
     import torch
 
     torch.set_num_threads(cfg.threads)
-    if cfg.seeds < 1:
-        raise ValueError(f"seeds must be >= 1, got {cfg.seeds}")
-    net = _train_member(token_ids, target, train_idx, cfg, cfg.seed)
-    base = _numpy_state(_regressor(cfg.layers).bert)
+    net = _member(cfg, cfg.seed)
+    base = _numpy_state(net.bert)
+    _train_member(net, token_ids, target, train_idx, cfg, cfg.seed)
     if cfg.seeds > 1:
         # A uniform soup: the members' float weights (encoder and head) averaged element-wise in
         # float64; integer buffers (position ids) are the same in every member and stay as they are.
         first = _numpy_state(net)
         total = {k: v.astype(np.float64) for k, v in first.items() if v.dtype.kind == "f"}
         for member in range(1, cfg.seeds):
-            state = _numpy_state(_train_member(token_ids, target, train_idx, cfg, cfg.seed + member))
+            seed = cfg.seed + member
+            state = _numpy_state(_train_member(_member(cfg, seed), token_ids, target, train_idx, cfg, seed))
             for k in total:
                 total[k] += state[k]
         soup = {k: torch.from_numpy((v / cfg.seeds).astype(first[k].dtype)) for k, v in total.items()}

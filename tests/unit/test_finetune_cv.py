@@ -56,13 +56,13 @@ def test_a_soup_is_the_average_of_its_members_weights() -> None:
 
     import torch
 
-    from eval.routing.finetune import _batch, _numpy_state, _regressor, _train_member
+    from eval.routing.finetune import _batch, _member, _numpy_state, _regressor, _train_member
 
     ids, gain = _data()
     train = np.arange(0, 48, 2)
     cfg = dataclasses.replace(FAST, seeds=2, delta_rank=0)
     soup = fine_tune(ids, gain, train, cfg)
-    members = [_numpy_state(_train_member(ids, gain, train, cfg, seed)) for seed in (0, 1)]
+    members = [_numpy_state(_train_member(_member(cfg, s), ids, gain, train, cfg, s)) for s in (0, 1)]
     assert any(not np.array_equal(members[0][k], members[1][k]) for k in members[0])  # seeds differ
     net = _regressor(cfg.layers)
     net.load_state_dict(
