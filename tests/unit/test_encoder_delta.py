@@ -128,5 +128,9 @@ def test_cv_caveat_names_the_files_the_encoder_was_tuned_on(tmp_path: Path) -> N
     assert "measured there" not in note  # no honest figures recorded: none are invented
     honest = {**delta, "cv": {"id": 0.61234, "task": 0.55}}
     assert "id-CV 0.6123, task-CV 0.5500" in (cv_caveat(honest, [seen]) or "")
+    assert "for this recipe" in (cv_caveat(honest, [seen]) or "")
+    # The delta's honest figures were measured without extra pair rows: a head trained with them says so.
+    with_pairs = cv_caveat(honest, [seen], [unseen]) or ""
+    assert "without the --pair-data rows" in with_pairs and "id-CV 0.6123" in with_pairs
     assert cv_caveat(delta, [unseen]) is None
     assert cv_caveat(None, [seen]) is None
