@@ -21,6 +21,10 @@ change cut to rank 32, i.e. the very weights `make router-encoder` ships (`--tra
 graph.
 `--seeds N` fine-tunes N seeds per fit and averages their weights (a uniform soup, still one network;
 measured with 3 and not shipped: doc 008, "Weight soup of three fine-tunes").
+`--pair-data FILE STRONG WEAK` (repeatable) adds rows scored by their own pair, as `llmgw router train
+--pair-data` does: they train every fold's head components (the shipped head trains on the three
+RouterBench files this way) and are never test rows. With `--finetune-pairs` they train every fold's
+fine-tune as well.
 
     python -m eval.routing.finetune_cv --data mmlu_train.jsonl --exclude mmlu_dev.jsonl \
         [--dev mmlu_dev.jsonl] [--transfer routerbench_*_train.jsonl]
@@ -105,8 +109,12 @@ def cross_validate(
     ft: FineTuneConfig,
     group_by_task: bool,
     progress: Callable[[str], None] = lambda _: None,
+    finetune_extra: bool = False,
 ) -> CvResult:
+    """`token_ids` cover every row of `ts`; its extra rows (other pairs) train every fold's head
+    components, and its fine-tune too with `finetune_extra`, as in `oof_predictions`."""
     n = ts.primary
+    extra_idx = np.arange(n, len(ts.rows), dtype=np.int64)
     frozen_preds, tests = oof_predictions(ts, cfg, group_by_task)
     comps = np.zeros((n, 3), dtype=np.float64)
     head = np.zeros(n, dtype=np.float64)
@@ -115,9 +123,10 @@ def cross_validate(
     ):
         if len(test_idx) == 0 or len(train_idx) == 0:
             continue
-        tuned = fine_tune(token_ids, ts.gain, train_idx, ft)
+        fit_idx = np.concatenate([train_idx, extra_idx])
+        tuned = fine_tune(token_ids, ts.gain, fit_idx if finetune_extra else train_idx, ft)
         head[test_idx] = tuned.head[test_idx]
-        for j, comp in enumerate(_embedding_components(tuned.embeddings, ts.gain, train_idx, cfg)):
+        for j, comp in enumerate(_embedding_components(tuned.embeddings, ts.gain, fit_idx, cfg)):
             comps[test_idx, j] = comp.predict(tuned.embeddings[test_idx], [])
         progress(f"fold {k + 1}/{cfg.folds} ({'task' if group_by_task else 'id'} folds)")
     comps[:, 2] = frozen_preds[:, 2]  # the lexical component reads text only: same fit, same scores
@@ -169,18 +178,24 @@ def score_held_out(
     oof: dict[str, FloatArray],
     sets: Sequence[HeldOut],
     save_delta: tuple[Path, dict[str, Any]] | None = None,
+    finetune_extra: bool = False,
 ) -> dict[str, dict[str, float]]:
-    """Fit everything on every primary row, then APGR per file and candidate.
+    """Fit everything on every training row (the fine-tune: primary rows, or all with
+    `finetune_extra`), then APGR per file and candidate.
 
     Each component is standardized with its id-CV out-of-fold scores, as a shipped artifact is.
     `save_delta` = (path, meta): also write that fine-tune's delta, the same one
     `python -m eval.routing.finetune` builds from the same rows.
     """
-    n = ts.primary
+    n = len(ts.rows)
     everything = np.arange(n)
     meta = save_delta[1] if save_delta else None
     tuned = fine_tune(
-        [*token_ids[:n], *(i for h in sets for i in h.token_ids)], ts.gain[:n], everything, ft, meta
+        [*token_ids[:n], *(i for h in sets for i in h.token_ids)],
+        ts.gain,
+        everything if finetune_extra else np.arange(ts.primary),
+        ft,
+        meta,
     )
     if save_delta is not None and tuned.delta is not None:
         encoder_delta.save(tuned.delta, save_delta[0])
@@ -208,6 +223,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", nargs="+", required=True, type=Path)
     parser.add_argument("--exclude", nargs="*", default=[], type=Path)
+    parser.add_argument(
+        "--pair-data",
+        nargs=3,
+        action="append",
+        default=[],
+        metavar=("FILE", "STRONG", "WEAK"),
+        help="extra rows scored with their own pair: they train every fold's head (never a test row)",
+    )
+    parser.add_argument(
+        "--finetune-pairs", action="store_true", help="the --pair-data rows train the fine-tunes too"
+    )
     parser.add_argument("--dev", type=Path, help="score this file once, after a fine-tune on all rows")
     parser.add_argument(
         "--transfer", nargs="*", default=[], type=Path, help="other tasks' files, scored once like --dev"
@@ -250,12 +276,22 @@ def main(argv: list[str] | None = None) -> int:
     )
     encoder = base_encoder(args.layers)
     excluded = load_rows(list(args.exclude)) if args.exclude else ()
-    ts = prepare(load_rows(list(args.data)), cfg, encoder, excluded)
+    pairs = [(Path(f), strong, weak) for f, strong, weak in args.pair_data]
+    if args.finetune_pairs and not pairs:
+        raise SystemExit("--finetune-pairs needs --pair-data")
+    extra = [(load_rows(f), strong, weak) for f, strong, weak in pairs]
+    ts = prepare(load_rows(list(args.data)), cfg, encoder, excluded, extra=extra)
     token_ids = [encoder.token_ids(t, cfg.max_tokens) for t in ts.texts]
-    report: dict[str, Any] = {"fine_tune": dataclasses.asdict(ft), "rows": ts.primary}
+    report: dict[str, Any] = {
+        "fine_tune": dataclasses.asdict(ft),
+        "rows": ts.primary,
+        "pair_rows": len(ts.rows) - ts.primary,
+        "pair_data": [[p.name, strong, weak] for p, strong, weak in pairs],
+        "finetune_pairs": args.finetune_pairs,
+    }
     oof: dict[str, FloatArray] = {}
     for kind, by_task in (("id", False), ("task", True)):
-        result = cross_validate(ts, token_ids, cfg, ft, by_task, say)
+        result = cross_validate(ts, token_ids, cfg, ft, by_task, say, args.finetune_pairs)
         report[f"{kind}_cv"] = {
             name: {"mean": round(float(np.mean(v)), 4), "folds": v} for name, v in result.apgr.items()
         }
@@ -270,8 +306,10 @@ def main(argv: list[str] | None = None) -> int:
             # The delta carries its own honest figures: `ft_combo` is what `llmgw router train` builds
             # on the tuned encoder, and its manifest CV cannot be honest (the encoder saw every row).
             cv = {kind: report[f"{kind}_cv"]["ft_combo"]["mean"] for kind in ("id", "task")}
-            keep = (args.save_delta, {**delta_meta(cfg, args.data, args.exclude, ts.primary), "cv": cv})
-        report["held_out"] = score_held_out(ts, token_ids, cfg, ft, oof, sets, keep)
+            tuned_on = [*args.data, *(p for p, _, _ in pairs)] if args.finetune_pairs else args.data
+            rows = len(ts.rows) if args.finetune_pairs else ts.primary
+            keep = (args.save_delta, {**delta_meta(cfg, tuned_on, args.exclude, rows), "cv": cv})
+        report["held_out"] = score_held_out(ts, token_ids, cfg, ft, oof, sets, keep, args.finetune_pairs)
         say("held out: " + json.dumps(report["held_out"]))
     text = json.dumps(report, indent=2)
     if args.out:

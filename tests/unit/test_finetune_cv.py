@@ -87,3 +87,46 @@ def test_a_soup_needs_a_member() -> None:
     ids, gain = _data()
     with pytest.raises(ValueError, match="seeds"):
         fine_tune(ids, gain, np.arange(4), dataclasses.replace(FAST, seeds=0))
+
+
+def test_pair_rows_train_every_fold_but_the_fine_tune_only_when_asked() -> None:
+    # `--pair-data` rows (other pairs, other tasks) train each fold's head components and are never
+    # test rows; with `--finetune-pairs` they train each fold's fine-tune as well.
+    from eval.routing.data import Outcome, Row
+    from eval.routing.finetune_cv import cross_validate
+    from eval.routing.train import TrainConfig, TrainingSet
+
+    ids, gain = _data()
+    enc = Encoder.load(layers=3)
+    extra_texts = [HARD[i % 2] + f" other {i}" for i in range(8)] + [
+        EASY[i % 2] + f" other {i}" for i in range(8)
+    ]
+    ids += [enc.token_ids(t, 32) for t in extra_texts]
+    texts = [f"t{i}" for i in range(48)] + extra_texts
+    rows = tuple(
+        Row(id=f"r{i}", source="s", task=f"task{i % 6}", prompt=t, outcomes={"s": Outcome(1.0, None, None)})
+        for i, t in enumerate(texts)
+    )
+    cfg = TrainConfig(ks=(4, 8), rank=8, folds=3)
+
+    def run(extra_gain: np.ndarray, finetune_extra: bool) -> tuple[np.ndarray, np.ndarray]:
+        g = np.concatenate([gain, extra_gain])
+        ts = TrainingSet(
+            rows=rows,
+            texts=tuple(texts),
+            embeddings=enc.embed(texts, 32),
+            strong_score=g,
+            weak_score=np.zeros_like(g),
+            primary=48,
+        )
+        result = cross_validate(ts, ids, cfg, FAST, False, finetune_extra=finetune_extra)
+        assert result.oof["components"].shape == (48, 3)  # scores for the primary rows only
+        return result.oof["ft_head"], result.oof["components"]
+
+    one, flipped = np.array([1.0] * 8 + [0.0] * 8), np.array([0.0] * 8 + [1.0] * 8)
+    head_a, comps_a = run(one, False)
+    head_b, comps_b = run(flipped, False)
+    assert np.array_equal(head_a, head_b)  # the fine-tune never saw the pair rows
+    assert not np.allclose(comps_a, comps_b)  # the head components did
+    head_c, _ = run(flipped, True)
+    assert not np.allclose(head_a, head_c)  # with finetune_extra the fine-tune sees them
