@@ -63,6 +63,7 @@ from eval.routing.train import (
     row_texts,
     select_rows,
 )
+from router.artifact import sha256_file
 from router.encoder import Embeddings, Encoder
 from router.head import Component, fit_knn, fit_ridge
 
@@ -305,7 +306,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.save_delta:
             # The delta carries its own honest figures: `ft_combo` is what `llmgw router train` builds
             # on the tuned encoder, and its manifest CV cannot be honest (the encoder saw every row).
-            cv = {kind: report[f"{kind}_cv"]["ft_combo"]["mean"] for kind in ("id", "task")}
+            cv: dict[str, Any] = {kind: report[f"{kind}_cv"]["ft_combo"]["mean"] for kind in ("id", "task")}
+            # Which extra files the measured heads trained on: `cv_caveat` compares them with a head's.
+            cv["pair_data"] = [{"file": p.name, "sha256": sha256_file(p)} for p, _, _ in pairs]
             tuned_on = [*args.data, *(p for p, _, _ in pairs)] if args.finetune_pairs else args.data
             rows = len(ts.rows) if args.finetune_pairs else ts.primary
             keep = (args.save_delta, {**delta_meta(cfg, tuned_on, args.exclude, rows), "cv": cv})

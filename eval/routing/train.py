@@ -284,8 +284,9 @@ def cv_caveat(
 ) -> str | None:
     """Why the CV figures are optimistic, when the encoder was fine-tuned on a training file.
 
-    The honest figures a delta carries were measured on its own training files with no extra pair
-    rows, so with `pair_files` they describe the recipe without them, and the note says so."""
+    The honest figures a delta carries (`finetune_cv --save-delta`) name the `--pair-data` files
+    their heads trained on (`cv.pair_data`, none when absent); when those differ from this head's
+    `pair_files`, the note says the figures describe another recipe."""
     if delta is None:
         return None
     tuned_on = {d.get("sha256") for d in delta.get("data") or [] if isinstance(d, dict)}
@@ -293,7 +294,16 @@ def cv_caveat(
     if not shared:
         return None
     honest = delta.get("cv") or {}
-    recipe = "the same recipe without the --pair-data rows" if pair_files else "this recipe"
+    measured_pairs = honest.get("pair_data") or [] if isinstance(honest, dict) else []
+    same_pairs = {d.get("sha256") for d in measured_pairs if isinstance(d, dict)} == {
+        sha256_file(Path(p)) for p in pair_files
+    }
+    if same_pairs:
+        recipe = "this recipe"
+    elif measured_pairs:
+        recipe = "the same recipe with other --pair-data rows"
+    else:
+        recipe = "the same recipe without the --pair-data rows"
     figures = (
         f" (measured there for {recipe}: id-CV {honest['id']:.4f}, task-CV {honest['task']:.4f})"
         if isinstance(honest, dict) and {"id", "task"} <= honest.keys()

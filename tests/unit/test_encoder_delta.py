@@ -132,5 +132,12 @@ def test_cv_caveat_names_the_files_the_encoder_was_tuned_on(tmp_path: Path) -> N
     # The delta's honest figures were measured without extra pair rows: a head trained with them says so.
     with_pairs = cv_caveat(honest, [seen], [unseen]) or ""
     assert "without the --pair-data rows" in with_pairs and "id-CV 0.6123" in with_pairs
+    # ... and when they were measured with the same pair files, they are this recipe's.
+    paired = {
+        **delta,
+        "cv": {**honest["cv"], "pair_data": [{"file": "unseen.jsonl", "sha256": sha256_file(unseen)}]},
+    }
+    assert "for this recipe" in (cv_caveat(paired, [seen], [unseen]) or "")
+    assert "with other --pair-data rows" in (cv_caveat(paired, [seen]) or "")
     assert cv_caveat(delta, [unseen]) is None
     assert cv_caveat(None, [seen]) is None
