@@ -294,7 +294,7 @@ def cv_caveat(
     if not shared:
         return None
     honest = delta.get("cv") or {}
-    measured_pairs = honest.get("pair_data") or [] if isinstance(honest, dict) else []
+    measured_pairs = (honest.get("pair_data") or []) if isinstance(honest, dict) else []
     same_pairs = {d.get("sha256") for d in measured_pairs if isinstance(d, dict)} == {
         sha256_file(Path(p)) for p in pair_files
     }
