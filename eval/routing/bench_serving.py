@@ -170,7 +170,9 @@ async def run_slice(
 ) -> None:
     threshold = model.thresholds.get(0.3, 0.7)
     stop = asyncio.Event()
-    deadline = time.perf_counter() + seconds
+    # One clock reading starts the window and sets its end, so the measured window is never shorter.
+    started, cpu_started = time.perf_counter(), time.process_time()
+    deadline = started + seconds
     per_caller = rate / callers
 
     async def caller(seed: int) -> None:
@@ -198,9 +200,10 @@ async def run_slice(
             out.back.append(t1 - end)
 
     ticker = asyncio.create_task(_ticker(out.lag, stop, tick))
-    started, cpu_started = time.perf_counter(), time.process_time()
     await asyncio.gather(*(caller(seed * 1000 + i) for i in range(callers)))
-    await asyncio.sleep(max(0.0, deadline - time.perf_counter()))  # the whole window, not less
+    # The whole window, not less: the loop may fire a timer up to its clock resolution early.
+    while (left := deadline - time.perf_counter()) > 0:
+        await asyncio.sleep(left)
     out.elapsed += time.perf_counter() - started
     out.process_cpu += time.process_time() - cpu_started
     stop.set()
