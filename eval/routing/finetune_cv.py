@@ -53,6 +53,7 @@ from eval.routing.embed_cache import embed_texts
 from eval.routing.finetune import DEFAULT_RANK, FineTuneConfig, base_encoder, delta_meta, fine_tune
 from eval.routing.metrics import apgr, routing_curve
 from eval.routing.train import (
+    PairFile,
     TrainConfig,
     TrainingSet,
     combine_folds,
@@ -277,17 +278,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     encoder = base_encoder(args.layers)
     excluded = load_rows(list(args.exclude)) if args.exclude else ()
-    pairs = [(Path(f), strong, weak) for f, strong, weak in args.pair_data]
+    pairs = [PairFile(Path(f), strong, weak) for f, strong, weak in args.pair_data]
     if args.finetune_pairs and not pairs:
         raise SystemExit("--finetune-pairs needs --pair-data")
-    extra = [(load_rows(f), strong, weak) for f, strong, weak in pairs]
+    extra = [(load_rows(f.path), f.strong, f.weak) for f in pairs]
     ts = prepare(load_rows(list(args.data)), cfg, encoder, excluded, extra=extra)
     token_ids = [encoder.token_ids(t, cfg.max_tokens) for t in ts.texts]
     report: dict[str, Any] = {
         "fine_tune": dataclasses.asdict(ft),
         "rows": ts.primary,
         "pair_rows": len(ts.rows) - ts.primary,
-        "pair_data": [[p.name, strong, weak] for p, strong, weak in pairs],
+        "pair_data": [[f.path.name, f.strong, f.weak] for f in pairs],
         "finetune_pairs": args.finetune_pairs,
     }
     oof: dict[str, FloatArray] = {}
@@ -308,8 +309,8 @@ def main(argv: list[str] | None = None) -> int:
             # on the tuned encoder, and its manifest CV cannot be honest (the encoder saw every row).
             cv: dict[str, Any] = {kind: report[f"{kind}_cv"]["ft_combo"]["mean"] for kind in ("id", "task")}
             # Which extra files the measured heads trained on: `cv_caveat` compares them with a head's.
-            cv["pair_data"] = [{"file": p.name, "sha256": sha256_file(p)} for p, _, _ in pairs]
-            tuned_on = [*args.data, *(p for p, _, _ in pairs)] if args.finetune_pairs else args.data
+            cv["pair_data"] = [{"file": f.path.name, "sha256": sha256_file(f.path)} for f in pairs]
+            tuned_on = [*args.data, *(f.path for f in pairs)] if args.finetune_pairs else args.data
             rows = len(ts.rows) if args.finetune_pairs else ts.primary
             keep = (args.save_delta, {**delta_meta(cfg, tuned_on, args.exclude, rows), "cv": cv})
         report["held_out"] = score_held_out(ts, token_ids, cfg, ft, oof, sets, keep, args.finetune_pairs)
