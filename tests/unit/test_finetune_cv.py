@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -9,6 +11,7 @@ pytest.importorskip("torch")  # the router-build extra; `make install` always in
 
 from eval.routing.finetune import FineTuneConfig, fine_tune  # noqa: E402
 from router.encoder import Encoder  # noqa: E402
+from router.head import fit_ridge  # noqa: E402
 
 HARD = ["prove the integral of the series converges", "derive the eigenvalues of the operator"]
 EASY = ["what colour is the sky on a clear day", "how many legs does a cat have"]
@@ -130,3 +133,41 @@ def test_pair_rows_train_every_fold_but_the_fine_tune_only_when_asked() -> None:
     assert not np.allclose(comps_a, comps_b)  # the head components did
     head_c, _ = run(flipped, True)
     assert not np.allclose(head_a, head_c)  # with finetune_extra the fine-tune sees them
+
+
+def test_saved_folds_hold_each_fine_tune_and_reproduce_the_out_of_fold_scores(tmp_path: Path) -> None:
+    # `--save-folds` keeps what a fold's fine-tune computed, so head variants can be measured on
+    # honest embeddings later: the saved test rows partition the data and carry the fold's scores.
+    from eval.routing.data import Outcome, Row
+    from eval.routing.finetune_cv import cross_validate
+    from eval.routing.train import TrainConfig, TrainingSet
+
+    ids, gain = _data()
+    enc = Encoder.load(layers=3)
+    texts = [f"t{i}" for i in range(48)]
+    rows = tuple(
+        Row(id=f"r{i}", source="s", task=f"task{i % 6}", prompt=t, outcomes={"s": Outcome(1.0, None, None)})
+        for i, t in enumerate(texts)
+    )
+    ts = TrainingSet(
+        rows=rows,
+        texts=tuple(texts),
+        embeddings=enc.embed(texts, 32),
+        strong_score=gain,
+        weak_score=np.zeros_like(gain),
+        primary=48,
+    )
+    cfg = TrainConfig(ks=(4, 8), rank=8, folds=3)
+    result = cross_validate(ts, ids, cfg, FAST, True, save_folds=tmp_path)
+    saved = [np.load(tmp_path / f"task-fold{k}.npz") for k in range(3)]
+    tests = np.concatenate([f["test_idx"] for f in saved])
+    assert sorted(tests.tolist()) == list(range(48))
+    for f in saved:
+        assert f["embeddings"].shape == (48, 384)
+        assert not set(f["train_idx"].tolist()) & set(f["test_idx"].tolist())
+        assert np.array_equal(f["head"][f["test_idx"]], result.oof["ft_head"][f["test_idx"]])
+        # The saved embeddings are the ones the fold's kNN and ridge were fitted on.
+        ridge = fit_ridge(f["embeddings"][f["train_idx"]], gain[f["train_idx"]], cfg.alpha)
+        assert np.allclose(
+            ridge.predict(f["embeddings"][f["test_idx"]]), result.oof["components"][f["test_idx"], 1]
+        )
