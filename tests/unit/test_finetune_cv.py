@@ -9,7 +9,10 @@ import pytest
 
 pytest.importorskip("torch")  # the router-build extra; `make install` always installs it
 
+from eval.routing.data import Outcome, Row  # noqa: E402
 from eval.routing.finetune import FineTuneConfig, fine_tune  # noqa: E402
+from eval.routing.finetune_cv import cross_validate  # noqa: E402
+from eval.routing.train import TrainConfig, TrainingSet  # noqa: E402
 from router.encoder import Encoder  # noqa: E402
 from router.head import fit_ridge  # noqa: E402
 
@@ -23,6 +26,22 @@ def _data() -> tuple[list[list[int]], np.ndarray]:
     texts = [HARD[i % 2] + f" case {i}" for i in range(24)] + [EASY[i % 2] + f" case {i}" for i in range(24)]
     gain = np.array([1.0] * 24 + [0.0] * 24)
     return [enc.token_ids(t, 32) for t in texts], gain
+
+
+def _training_set(texts: list[str], gain: np.ndarray, primary: int) -> TrainingSet:
+    """One row per text, six tasks round robin, scored by `gain` (strong = gain, weak = 0)."""
+    rows = tuple(
+        Row(id=f"r{i}", source="s", task=f"task{i % 6}", prompt=t, outcomes={"s": Outcome(1.0, None, None)})
+        for i, t in enumerate(texts)
+    )
+    return TrainingSet(
+        rows=rows,
+        texts=tuple(texts),
+        embeddings=Encoder.load(layers=3).embed(texts, 32),
+        strong_score=gain,
+        weak_score=np.zeros_like(gain),
+        primary=primary,
+    )
 
 
 @pytest.mark.parametrize("hard_is_positive", [True, False])
@@ -95,10 +114,6 @@ def test_a_soup_needs_a_member() -> None:
 def test_pair_rows_train_every_fold_but_the_fine_tune_only_when_asked() -> None:
     # `--pair-data` rows (other pairs, other tasks) train each fold's head components and are never
     # test rows; with `--finetune-pairs` they train each fold's fine-tune as well.
-    from eval.routing.data import Outcome, Row
-    from eval.routing.finetune_cv import cross_validate
-    from eval.routing.train import TrainConfig, TrainingSet
-
     ids, gain = _data()
     enc = Encoder.load(layers=3)
     extra_texts = [HARD[i % 2] + f" other {i}" for i in range(8)] + [
@@ -106,22 +121,10 @@ def test_pair_rows_train_every_fold_but_the_fine_tune_only_when_asked() -> None:
     ]
     ids += [enc.token_ids(t, 32) for t in extra_texts]
     texts = [f"t{i}" for i in range(48)] + extra_texts
-    rows = tuple(
-        Row(id=f"r{i}", source="s", task=f"task{i % 6}", prompt=t, outcomes={"s": Outcome(1.0, None, None)})
-        for i, t in enumerate(texts)
-    )
     cfg = TrainConfig(ks=(4, 8), rank=8, folds=3)
 
     def run(extra_gain: np.ndarray, finetune_extra: bool) -> tuple[np.ndarray, np.ndarray]:
-        g = np.concatenate([gain, extra_gain])
-        ts = TrainingSet(
-            rows=rows,
-            texts=tuple(texts),
-            embeddings=enc.embed(texts, 32),
-            strong_score=g,
-            weak_score=np.zeros_like(g),
-            primary=48,
-        )
+        ts = _training_set(texts, np.concatenate([gain, extra_gain]), 48)
         result = cross_validate(ts, ids, cfg, FAST, False, finetune_extra=finetune_extra)
         assert result.oof["components"].shape == (48, 3)  # scores for the primary rows only
         return result.oof["ft_head"], result.oof["components"]
@@ -138,25 +141,8 @@ def test_pair_rows_train_every_fold_but_the_fine_tune_only_when_asked() -> None:
 def test_saved_folds_hold_each_fine_tune_and_reproduce_the_out_of_fold_scores(tmp_path: Path) -> None:
     # `--save-folds` keeps what a fold's fine-tune computed, so head variants can be measured on
     # honest embeddings later: the saved test rows partition the data and carry the fold's scores.
-    from eval.routing.data import Outcome, Row
-    from eval.routing.finetune_cv import cross_validate
-    from eval.routing.train import TrainConfig, TrainingSet
-
     ids, gain = _data()
-    enc = Encoder.load(layers=3)
-    texts = [f"t{i}" for i in range(48)]
-    rows = tuple(
-        Row(id=f"r{i}", source="s", task=f"task{i % 6}", prompt=t, outcomes={"s": Outcome(1.0, None, None)})
-        for i, t in enumerate(texts)
-    )
-    ts = TrainingSet(
-        rows=rows,
-        texts=tuple(texts),
-        embeddings=enc.embed(texts, 32),
-        strong_score=gain,
-        weak_score=np.zeros_like(gain),
-        primary=48,
-    )
+    ts = _training_set([f"t{i}" for i in range(48)], gain, 48)
     cfg = TrainConfig(ks=(4, 8), rank=8, folds=3)
     result = cross_validate(ts, ids, cfg, FAST, True, save_folds=tmp_path)
     saved = [np.load(tmp_path / f"task-fold{k}.npz") for k in range(3)]
