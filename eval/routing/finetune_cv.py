@@ -27,7 +27,8 @@ RouterBench files this way) and are never test rows. With `--finetune-pairs` the
 fine-tune as well.
 `--save-folds DIR` keeps every fold's fine-tuned embeddings and head output (`{id,task}-fold<k>.npz`,
 with the fold's training and test rows) and the all-rows fine-tune's (`all.npz`), so head variants can
-be measured on honest embeddings in seconds instead of fine-tuning again (about 200 MB for mmlu).
+be measured on honest embeddings in seconds instead of fine-tuning again (about 200 MB for mmlu;
+`python -m eval.routing.head_variants` reads them).
 
     python -m eval.routing.finetune_cv --data mmlu_train.jsonl --exclude mmlu_dev.jsonl \
         [--dev mmlu_dev.jsonl] [--transfer routerbench_*_train.jsonl]

@@ -157,3 +157,24 @@ def test_saved_folds_hold_each_fine_tune_and_reproduce_the_out_of_fold_scores(tm
         assert np.allclose(
             ridge.predict(f["embeddings"][f["test_idx"]]), result.oof["components"][f["test_idx"], 1]
         )
+
+
+def test_head_variants_reproduce_finetune_cv_on_its_saved_folds(tmp_path: Path) -> None:
+    # eval.routing.head_variants refits heads on the saved folds; the shipped recipe (and the one with
+    # the network's head added) must give exactly finetune_cv's own figures, fold by fold. A noisy
+    # target, so that the components rank rows differently and a wrong weight changes the figures.
+    from eval.routing.head_variants import Variant, cv_apgr, cv_parts
+
+    ids, _ = _data()
+    gain = np.random.default_rng(7).choice([-1.0, 0.0, 1.0], size=48, p=[0.1, 0.6, 0.3])
+    ts = _training_set([f"t{i} " + ("hard" if g > 0 else "easy") for i, g in enumerate(gain)], gain, 48)
+    cfg = TrainConfig(ks=(4, 8), rank=8, folds=3)
+    shipped, with_head = Variant.shipped(cfg), Variant.shipped(cfg, head_weight=1.0)
+    for by_task, kind in ((False, "id"), (True, "task")):
+        result = cross_validate(ts, ids, cfg, FAST, by_task, save_folds=tmp_path)
+        parts = cv_parts(ts, tmp_path, kind, [shipped, with_head], cfg)
+        # (assert_array_equal: a fold without a quality gap is NaN in both)
+        np.testing.assert_array_equal(np.round(cv_apgr(ts, parts, shipped), 4), result.apgr["ft_combo"])
+        np.testing.assert_array_equal(
+            np.round(cv_apgr(ts, parts, with_head), 4), result.apgr["ft_combo_head"]
+        )
