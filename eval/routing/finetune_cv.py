@@ -128,7 +128,7 @@ def cross_validate(
     """`token_ids` cover every row of `ts`; its extra rows (other pairs) train every fold's head
     components, and its fine-tune too with `finetune_extra`, as in `oof_predictions`.
 
-    `save_folds`: keep each fold's fine-tuned outputs (`save_fold`), so head variants can be
+    `save_folds`: keep each fold's fine-tuned outputs (`save_tuned`), so head variants can be
     measured on honest embeddings without fine-tuning again (a fold costs minutes, a head seconds).
     """
     n = ts.primary
@@ -146,7 +146,7 @@ def cross_validate(
         head[test_idx] = tuned.head[test_idx]
         if save_folds is not None:
             kind = "task" if group_by_task else "id"
-            save_fold(save_folds / f"{kind}-fold{k}.npz", tuned, train_idx, test_idx)
+            save_tuned(save_folds / f"{kind}-fold{k}.npz", tuned, train_idx=train_idx, test_idx=test_idx)
         for j, comp in enumerate(_embedding_components(tuned.embeddings, ts.gain, fit_idx, cfg)):
             comps[test_idx, j] = comp.predict(tuned.embeddings[test_idx], [])
         progress(f"fold {k + 1}/{cfg.folds} ({'task' if group_by_task else 'id'} folds)")
@@ -162,17 +162,13 @@ def cross_validate(
     return CvResult(apgr=per_fold, oof={"frozen": frozen_preds, "components": comps, "ft_head": head})
 
 
-def save_fold(path: Path, tuned: Tuned, train_idx: np.ndarray, test_idx: np.ndarray) -> None:
-    """One fold's fine-tune: its embeddings and head output for every row (primary, then extra), and
-    which primary rows it trained on and held out. Extra rows trained every fold's head components."""
+def save_tuned(path: Path, tuned: Tuned, **index: np.ndarray) -> None:
+    """A fine-tune's embeddings and head output for every row it scored, with arrays that say which
+    rows those are: a fold's `train_idx` / `test_idx` (primary rows; extra rows trained every fold's
+    head components), or the all-rows fine-tune's `names` / `sizes` of its consecutive row blocks."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    np.savez(
-        path,
-        embeddings=tuned.embeddings.astype(np.float32),
-        head=tuned.head,
-        train_idx=train_idx,
-        test_idx=test_idx,
-    )
+    arrays: dict[str, Any] = {"embeddings": tuned.embeddings.astype(np.float32), "head": tuned.head, **index}
+    np.savez(path, **arrays)
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,14 +232,9 @@ def score_held_out(
     if save_delta is not None and tuned.delta is not None:
         encoder_delta.save(tuned.delta, save_delta[0])
     if save_folds is not None:
-        save_folds.mkdir(parents=True, exist_ok=True)
-        np.savez(
-            save_folds / "all.npz",
-            embeddings=tuned.embeddings.astype(np.float32),
-            head=tuned.head,
-            names=np.array(["train", *(h.name for h in sets)]),
-            sizes=np.array([n, *(len(h.texts) for h in sets)]),
-        )
+        names = np.array(["train", *(h.name for h in sets)])
+        sizes = np.array([n, *(len(h.texts) for h in sets)])
+        save_tuned(save_folds / "all.npz", tuned, names=names, sizes=sizes)
     frozen_comps = fit_components(ts, everything, cfg)
     # kNN and ridge refitted on the tuned embeddings; the lexical component reads text only.
     tuned_comps = [*_embedding_components(tuned.embeddings, ts.gain, everything, cfg), frozen_comps[2]]
@@ -305,7 +296,8 @@ def main(argv: list[str] | None = None) -> int:
         "--save-folds",
         type=Path,
         metavar="DIR",
-        help="keep every fold's fine-tuned embeddings and head output here ({id,task}-fold<k>.npz)",
+        help="keep every fold's fine-tuned embeddings and head output here ({id,task}-fold<k>.npz; "
+        "with --dev or --transfer also the all-rows fine-tune's, all.npz)",
     )
     parser.add_argument(
         "--save-delta", type=Path, help="write the all-rows fine-tune's delta here (with --dev/--transfer)"

@@ -152,8 +152,16 @@ def leave_file_out(
     variants: Sequence[Variant],
     cfg: TrainConfig,
 ) -> list[HeldOutFile]:
+    if not all_npz.is_file():
+        raise SystemExit(
+            f"{all_npz}: missing (finetune_cv --save-folds writes it when run with --dev or --transfer)"
+        )
     with np.load(all_npz) as f:
-        emb, head = f["embeddings"], f["head"]
+        emb, head, sizes = f["embeddings"], f["head"], f["sizes"]
+    if int(sizes[0]) != len(ts.rows):
+        raise SystemExit(
+            f"{all_npz}: {int(sizes[0])} training rows, the data gives {len(ts.rows)}: not the same run"
+        )
     file_of = np.full(len(ts.rows), -1)
     for j, pair in enumerate(pairs):
         ids = {r.id for r in load_rows(pair.path)}
@@ -287,7 +295,8 @@ def main(argv: list[str] | None = None) -> int:
     ranked = sorted(results, key=lambda r: -r["mean_cv"])
     print(f"{len(results)} variants; weak models {', '.join(args.weak_models)}", file=sys.stderr)
     print(f"{'id-CV':>7} {'task-CV':>7} {'mean':>7} {'LFO':>7}  variant")
-    for r in [shipped, *ranked[: args.top]]:
+    top = ranked[: args.top]
+    for r in top if shipped in top else [shipped, *top]:
         lfo = "-" if r["leave_file_out"] is None else f"{r['leave_file_out']:.4f}"
         mark = "  (shipped)" if r is shipped else ""
         print(f"{r['id_cv']:7.4f} {r['task_cv']:7.4f} {r['mean_cv']:7.4f} {lfo:>7}  {r['variant']}{mark}")
