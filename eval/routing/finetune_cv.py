@@ -52,6 +52,7 @@ from typing import Any
 import numpy as np
 
 from eval.routing import encoder_delta
+from eval.routing.cli_args import add_training_data
 from eval.routing.data import FloatArray, kfold_indices, load_rows, pair_outcomes
 from eval.routing.embed_cache import embed_texts
 from eval.routing.finetune import (
@@ -257,15 +258,8 @@ def score_held_out(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data", nargs="+", required=True, type=Path)
-    parser.add_argument("--exclude", nargs="*", default=[], type=Path)
-    parser.add_argument(
-        "--pair-data",
-        nargs=3,
-        action="append",
-        default=[],
-        metavar=("FILE", "STRONG", "WEAK"),
-        help="extra rows scored with their own pair: they train every fold's head (never a test row)",
+    add_training_data(
+        parser, "extra rows scored with their own pair: they train every fold's head (never a test row)"
     )
     parser.add_argument(
         "--finetune-pairs", action="store_true", help="the --pair-data rows train the fine-tunes too"

@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from eval.routing.cli_args import add_training_data
 from eval.routing.data import FloatArray, load_rows
 from eval.routing.finetune import base_encoder
 from eval.routing.metrics import apgr, routing_curve
@@ -226,15 +227,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--folds", required=True, type=Path, help="the directory finetune_cv --save-folds wrote"
     )
-    parser.add_argument("--data", nargs="+", required=True, type=Path)
-    parser.add_argument("--exclude", nargs="*", default=[], type=Path)
-    parser.add_argument(
-        "--pair-data",
-        nargs=3,
-        action="append",
-        default=[],
-        metavar=("FILE", "STRONG", "WEAK"),
-        help="the saved run's --pair-data, in the same order (each is also held out in turn)",
+    add_training_data(
+        parser, "the saved run's --pair-data, in the same order (each is also held out in turn)"
     )
     parser.add_argument("--strong", default="gpt-4-1106-preview", help="strong model of the held-out files")
     parser.add_argument("--weak-models", nargs="+", default=list(WEAK_MODELS))
