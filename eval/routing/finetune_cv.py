@@ -71,8 +71,8 @@ from eval.routing.train import (
     combine_folds,
     component_weights,
     fit_components,
+    load_training_set,
     oof_predictions,
-    prepare,
     row_texts,
     select_rows,
 )
@@ -312,12 +312,10 @@ def main(argv: list[str] | None = None) -> int:
         freeze_embeddings=not args.train_embeddings,
     )
     encoder = base_encoder(args.layers)
-    excluded = load_rows(list(args.exclude)) if args.exclude else ()
-    pairs = [PairFile(Path(f), strong, weak) for f, strong, weak in args.pair_data]
+    pairs = PairFile.parse(args.pair_data)
     if args.finetune_pairs and not pairs:
         raise SystemExit("--finetune-pairs needs --pair-data")
-    extra = [(load_rows(f.path), f.strong, f.weak) for f in pairs]
-    ts = prepare(load_rows(list(args.data)), cfg, encoder, excluded, extra=extra)
+    ts = load_training_set(args.data, cfg, encoder, args.exclude, pairs)
     token_ids = [encoder.token_ids(t, cfg.max_tokens) for t in ts.texts]
     report: dict[str, Any] = {
         "fine_tune": dataclasses.asdict(ft),

@@ -35,10 +35,10 @@ from typing import Any
 import numpy as np
 
 from eval.routing.cli_args import add_training_data
-from eval.routing.data import FloatArray, load_rows
+from eval.routing.data import FloatArray
 from eval.routing.finetune import base_encoder
 from eval.routing.metrics import apgr, routing_curve
-from eval.routing.train import PairFile, TrainConfig, TrainingSet, component_weights, prepare
+from eval.routing.train import PairFile, TrainConfig, TrainingSet, component_weights, load_training_set
 from router.head import fit_knn, fit_ridge
 from router.lexical import fit_lexical
 
@@ -163,20 +163,16 @@ def leave_file_out(
         raise SystemExit(
             f"{all_npz}: {int(sizes[0])} training rows, the data gives {len(ts.rows)}: not the same run"
         )
-    file_of = np.full(len(ts.rows), -1)
-    for j, pair in enumerate(pairs):
-        ids = {r.id for r in load_rows(pair.path)}
-        for i in range(ts.primary, len(ts.rows)):
-            if file_of[i] < 0 and ts.rows[i].id in ids:
-                file_of[i] = j
+    # prepare() keeps each --pair-data file's rows together, in order, after the primary rows.
+    file_of = np.repeat(np.arange(-1, len(ts.extra_sizes)), [ts.primary, *ts.extra_sizes])
     out = []
     for j, pair in enumerate(pairs):
         test_idx = np.flatnonzero(file_of == j)
         fit_idx = np.flatnonzero(file_of != j)  # the primary rows (-1) and the other files
         parts = fit_parts(emb, head, ts, fit_idx, test_idx, variants, cfg)
+        rows = [ts.rows[i] for i in test_idx]
         per_weak = []
         for weak in weak_models:
-            rows = [ts.rows[i] for i in test_idx]
             keep = np.array([strong in r.outcomes and weak in r.outcomes for r in rows])
             per_weak.append(
                 (
@@ -261,10 +257,8 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("--weights: each vector is K,R,L,H (four numbers)")
     ks_sets = [tuple(int(k) for k in _floats(s)) for s in args.ks]
     variants = variants_from(cfg, weights, args.alphas, args.ranks, ks_sets)
-    pairs = [PairFile(Path(f), strong, weak) for f, strong, weak in args.pair_data]
-    excluded = load_rows(list(args.exclude)) if args.exclude else ()
-    extra = [(load_rows(p.path), p.strong, p.weak) for p in pairs]
-    ts = prepare(load_rows(list(args.data)), cfg, base_encoder(args.layers), excluded, extra=extra)
+    pairs = PairFile.parse(args.pair_data)
+    ts = load_training_set(args.data, cfg, base_encoder(args.layers), args.exclude, pairs)
     cv = {kind: cv_parts(ts, args.folds, kind, variants, cfg) for kind in ("id", "task")}
     held = (
         leave_file_out(ts, args.folds / "all.npz", pairs, args.strong, args.weak_models, variants, cfg)

@@ -108,7 +108,7 @@ def _train(args: argparse.Namespace) -> int:
             exclude=args.exclude,
             cache_dir=None if args.no_cache else Path(".cache/router-embeddings"),
             progress=True,
-            pair_data=[PairFile(Path(f), strong, weak) for f, strong, weak in args.pair_data],
+            pair_data=PairFile.parse(args.pair_data),
         )
     except (RoutingDataError, RouterArtifactError, ValueError) as exc:
         return _error(exc)

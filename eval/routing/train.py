@@ -83,6 +83,11 @@ class PairFile:
     strong: str
     weak: str
 
+    @classmethod
+    def parse(cls, triples: Sequence[Sequence[str]]) -> list[PairFile]:
+        """`--pair-data FILE STRONG WEAK` values (eval/routing/cli_args.py) as PairFiles."""
+        return [cls(Path(f), strong, weak) for f, strong, weak in triples]
+
 
 @dataclass(frozen=True, slots=True)
 class TrainingSet:
@@ -95,6 +100,8 @@ class TrainingSet:
     weak_score: FloatArray
     primary: int
     dropped: dict[str, int] = field(default_factory=dict)
+    # Rows per extra group, in order after the primary rows (one group per `--pair-data` file).
+    extra_sizes: tuple[int, ...] = ()
 
     @property
     def gain(self) -> FloatArray:
@@ -176,6 +183,24 @@ def prepare(
         weak_score=np.concatenate([p.weak_score for p in pairs]),
         primary=len(kept),
         dropped=dropped,
+        extra_sizes=tuple(len(group) for group, _, _ in groups[1:]),
+    )
+
+
+def load_training_set(
+    data: Sequence[str | Path],
+    cfg: TrainConfig,
+    encoder: Encoder,
+    exclude: Sequence[str | Path] = (),
+    pair_data: Sequence[PairFile] = (),
+    cache_dir: Path | None = DEFAULT_CACHE_DIR,
+    progress: bool = False,
+) -> TrainingSet:
+    """`prepare` from file paths: the primary files, the `--exclude` files and the `--pair-data` files."""
+    excluded = load_rows(list(exclude)) if exclude else ()
+    extra = [(load_rows(f.path), f.strong, f.weak) for f in pair_data]
+    return prepare(
+        load_rows(list(data)), cfg, encoder, excluded, cache_dir=cache_dir, progress=progress, extra=extra
     )
 
 
@@ -332,10 +357,7 @@ def train(
     pair_data: Sequence[PairFile] = (),
 ) -> tuple[Path, dict[str, Any]]:
     enc = encoder or Encoder.load(layers=cfg.layers)
-    rows = load_rows(list(data))
-    excluded_rows = load_rows(list(exclude)) if exclude else ()
-    extra = [(load_rows(f.path), f.strong, f.weak) for f in pair_data]
-    ts = prepare(rows, cfg, enc, excluded_rows, cache_dir=cache_dir, progress=progress, extra=extra)
+    ts = load_training_set(data, cfg, enc, exclude, pair_data, cache_dir=cache_dir, progress=progress)
     head, cv = fit_head(ts, cfg)
     extra_counts = Counter(ts.rows[i].task for i in range(ts.primary, len(ts.rows)))
     delta = encoder_fine_tuning(enc)
