@@ -30,23 +30,9 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from gateway import __version__
-from gateway.admin import build_admin_router
-from gateway.caching import build_cache
 from gateway.config import Policy
-from gateway.errors import (
-    GatewayError,
-    InvalidRequestError,
-    MethodNotAllowedError,
-    NotFoundError,
-    UpstreamUnavailableError,
-)
-from gateway.exchange import Receive, RequestHeaders, RequestIds, Scope, Send, send_error
-from gateway.h1 import H1Client
-from gateway.hosted import HostedBridge
-from gateway.metrics import Metrics, PoolsCollector
-from gateway.normalize import Kind
-from gateway.observe import Observer
-from gateway.openapi import (
+from gateway.edge.exchange import Kind, Receive, RequestHeaders, RequestIds, Scope, Send, send_error
+from gateway.edge.openapi import (
     RELAY_ERRORS,
     ChatCompletion,
     ChatCompletionRequest,
@@ -58,13 +44,26 @@ from gateway.openapi import (
     ModelList,
     error_responses,
 )
-from gateway.relay import Relay
-from gateway.reqlog import RequestLog, request_logger
-from gateway.routing import build_routed
-from gateway.runtime import build as build_components
+from gateway.errors import (
+    GatewayError,
+    InvalidRequestError,
+    MethodNotAllowedError,
+    NotFoundError,
+    UpstreamUnavailableError,
+)
+from gateway.observability.metrics import Metrics, PoolsCollector
+from gateway.observability.observer import Observer
+from gateway.observability.request_log import RequestLog, request_logger
+from gateway.observability.tracing import TraceHooks
+from gateway.parts import build as build_components
+from gateway.relay.pipeline import Relay
+from gateway.relay.response_cache import build_cache
+from gateway.routing.aliases import build_routed
 from gateway.settings import Settings
-from gateway.tracing import TraceHooks
-from gateway.upstream import PoolClient, metrics_fetch, new_session
+from gateway.tenancy.admin import build_admin_router
+from gateway.upstream.h1 import H1Client
+from gateway.upstream.hosted import HostedBridge
+from gateway.upstream.pool_client import PoolClient, metrics_fetch, new_session
 
 RELAY_PATHS = {
     "/v1/chat/completions": Kind.CHAT,
@@ -118,7 +117,10 @@ class GatewayApp:
         # Goodput, cost and the feedback store: built here because the feedback route needs them.
         reqlog = RequestLog(request_logger(), settings.request_log_text) if settings.request_log else None
         if tracing is None and settings.tracing:
-            from gateway.otel import Tracing, build_provider  # only with traces on: the SDK is big
+            from gateway.observability.otel import (  # only with traces on: the SDK is big
+                Tracing,
+                build_provider,
+            )
 
             tracing = Tracing(build_provider(settings.trace_sample_ratio))
         self.tracing = tracing
@@ -194,7 +196,9 @@ class GatewayApp:
             await session.close()
             if h1 is not None:
                 h1.close()
-            provider = getattr(self.tracing, "provider", None)  # gateway.otel.Tracing's SDK provider
+            provider = getattr(
+                self.tracing, "provider", None
+            )  # gateway.observability.otel.Tracing's SDK provider
             if provider is not None:
                 # Export what is still batched (bounded by the exporter's timeout), off the loop.
                 await asyncio.to_thread(provider.shutdown)

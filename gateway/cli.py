@@ -29,7 +29,7 @@ def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from gateway.server import serve
+    from gateway.edge.server import serve
 
     return serve(config=args.config, host=args.host, port=args.port, workers=args.workers)
 
@@ -92,7 +92,7 @@ def _add_keys(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _keys(args: argparse.Namespace) -> int:
-    from gateway.keys_cli import run
+    from gateway.tenancy.keys_cli import run
 
     return run(args)
 

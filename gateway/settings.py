@@ -23,8 +23,8 @@ class Settings(BaseSettings):
     upstream_pool_size: int = Field(1024, ge=1, description="max pooled connections per process")
     upstream_client: Literal["h1", "aiohttp"] = Field(
         "h1",
-        description="client for plain-HTTP replicas: h1 (the lean HTTP/1.1 client, gateway/h1.py) or "
-        "aiohttp (TLS replicas always use aiohttp)",
+        description="client for plain-HTTP replicas: h1 (the lean HTTP/1.1 client, gateway/upstream/h1.py) "
+        "or aiohttp (TLS replicas always use aiohttp)",
     )
     gc_threshold: tuple[int, int, int] = Field(
         (20000, 10, 10), description="gc.set_threshold after start-up (see docs/design/003)"

@@ -5,7 +5,7 @@ than its window (an embedding of a tail must not stand for the question). When a
 already loaded a difficulty model, the cache runs on that model's one inference thread, and uses its
 encoder too if the model serves the full depth (then the encoder's memo makes the second embedding
 of the same ids free); the shipped router serves a 3-layer variant, so the cache loads the full model
-beside it (gateway/caching.py `build_cache`).
+beside it (gateway/relay/response_cache.py `build_cache`).
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from gateway.keys import generate_key, hash_key  # noqa: E402
+from gateway.tenancy.keys import generate_key, hash_key  # noqa: E402
 from tests.support.procs import free_port, running, sim_args, write_policy  # noqa: E402
 
 CHECKS = "not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance"

@@ -22,12 +22,11 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
 from gateway.config import parse_policy
-from gateway.exchange import Exchange
-from gateway.metrics import Metrics
-from gateway.normalize import Kind
-from gateway.observe import Observer
-from gateway.otel import Tracing
-from gateway.reqlog import RequestLog
+from gateway.edge.exchange import Exchange, Kind
+from gateway.observability.metrics import Metrics
+from gateway.observability.observer import Observer
+from gateway.observability.otel import Tracing
+from gateway.observability.request_log import RequestLog
 from ratelimit.model import Tenant
 
 POLICY = """\

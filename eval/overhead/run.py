@@ -29,7 +29,7 @@ from eval.overhead.measure import Endpoints, Options, Side, measure_latency, mea
 from eval.overhead.procs import free_port, proc_status, spawned, tail, write_policy
 from eval.overhead.report import evaluate_targets, render
 from eval.overhead.static_upstream import serve_static
-from gateway.keys import generate_key, hash_key
+from gateway.tenancy.keys import generate_key, hash_key
 
 
 def _git(*args: str) -> str:

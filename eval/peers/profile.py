@@ -28,7 +28,7 @@ from eval.overhead.procs import free_port
 from eval.overhead.wrk import run_wrk, wrk_script
 from eval.peers.configs import ours_policy, request_body
 from eval.peers.sides import started
-from gateway.keys import generate_key, hash_key
+from gateway.tenancy.keys import generate_key, hash_key
 
 # The gateway under cProfile, started in-process; SIGUSR2 restarts the profile, SIGUSR1 writes it.
 # (`python -m cProfile` writes nothing: uvicorn re-raises SIGTERM after its graceful shutdown.)
@@ -88,7 +88,7 @@ def profile(mode: str, seconds: float, top: int, gateway_cpu: int, load_cpu: int
 
 
 def package_of(filename: str) -> str:
-    """`gateway/relay.py` for the project's files, the distribution (`aiohttp`) for installed ones,
+    """`gateway/relay/pipeline.py` for the project's files, the distribution (`aiohttp`) for installed ones,
     `stdlib:asyncio` for the standard library, `builtins` for C functions."""
     if filename.startswith("~") or filename.startswith("<"):
         return "builtins"

@@ -32,7 +32,7 @@ from eval.peers.configs import (
     quiet_log_config,
     request_body,
 )
-from gateway.keys import generate_key, hash_key
+from gateway.tenancy.keys import generate_key, hash_key
 
 PEERS_DIR = ROOT / ".tools" / "peers"
 LITELLM_BIN = PEERS_DIR / "venv" / "bin" / "litellm"

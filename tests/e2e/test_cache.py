@@ -20,7 +20,7 @@ import httpx
 import openai
 import pytest
 
-from gateway.keys import generate_key, hash_key
+from gateway.tenancy.keys import generate_key, hash_key
 from tests.support.procs import free_port, running, sim_args
 
 

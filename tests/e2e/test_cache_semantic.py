@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from gateway.keys import generate_key, hash_key
+from gateway.tenancy.keys import generate_key, hash_key
 from tests.support.procs import free_port, running, sim_args
 from tests.support.redis_server import RedisServer
 

@@ -25,7 +25,7 @@ import openai
 import pytest
 import yaml
 
-from gateway.keys import generate_key, hash_key
+from gateway.tenancy.keys import generate_key, hash_key
 from tests.support.chart import CHART
 from tests.support.procs import free_port, running, sim_args
 from tests.support.prom import metric

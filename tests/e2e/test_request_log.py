@@ -13,7 +13,7 @@ from pathlib import Path
 import openai
 import pytest
 
-from gateway.keys import generate_key, hash_key
+from gateway.tenancy.keys import generate_key, hash_key
 from tests.support.pii import corpus, leaked
 from tests.support.procs import free_port, running, sim_args
 

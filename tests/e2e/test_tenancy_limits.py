@@ -14,7 +14,7 @@ import openai
 import pytest
 from openai import OpenAI
 
-from gateway.keys import generate_key, hash_key
+from gateway.tenancy.keys import generate_key, hash_key
 from tests.support.procs import free_port, running, sim_args
 
 pytestmark = pytest.mark.e2e

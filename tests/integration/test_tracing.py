@@ -24,9 +24,9 @@ from opentelemetry.trace import SpanKind
 
 from gateway.app import GatewayApp
 from gateway.config import load_policy
-from gateway.keys import generate_key, hash_key
-from gateway.otel import Tracing
+from gateway.observability.otel import Tracing
 from gateway.settings import Settings
+from gateway.tenancy.keys import generate_key, hash_key
 from tests.support.procs import free_port, running, sim_args, wait_http
 from tests.support.recording_proxy import recording_proxy
 from tests.support.thread_server import uvicorn_in_thread

@@ -12,7 +12,7 @@ import httpx
 import orjson
 import redis
 
-from gateway.keys import generate_key, hash_key
+from gateway.tenancy.keys import generate_key, hash_key
 from tests.support.prom import metric
 
 PREFIX = "{llmgw}"

@@ -33,7 +33,7 @@ from eval.overhead.report import (
 )
 from eval.overhead.wrk import parse_wrk, wrk_script
 from gateway.config import load_policy
-from gateway.keys import generate_key, hash_key
+from gateway.tenancy.keys import generate_key, hash_key
 
 
 def test_percentile_interpolates_like_numpy_linear() -> None:

@@ -10,10 +10,10 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from gateway.caching import build_cache
 from gateway.config import parse_policy
-from gateway.metrics import Metrics
-from gateway.routing import build_routed
+from gateway.observability.metrics import Metrics
+from gateway.relay.response_cache import build_cache
+from gateway.routing.aliases import build_routed
 from gateway.settings import Settings
 from router.encoder import FULL_LAYERS
 

@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from eval.sim.requests import render_chat
 from eval.sim.tokenizer import count_tokens
-from gateway.normalize import Kind, estimate_input_tokens
+from gateway.edge.exchange import Kind
+from gateway.relay.normalize import estimate_input_tokens
 
 TEXT = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=0, max_size=400)
 MESSAGES = st.lists(

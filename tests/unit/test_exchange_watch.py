@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from gateway.exchange import WATCH_AFTER_S, Exchange
+from gateway.edge.exchange import WATCH_AFTER_S, Exchange
 
 
 class Channel:

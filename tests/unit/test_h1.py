@@ -8,8 +8,8 @@ from collections.abc import Awaitable, Callable
 import httpx
 import pytest
 
-from gateway.h1 import BadResponse, ConnectFailed, Disconnected, H1Client
-from gateway.upstream import metrics_fetch
+from gateway.upstream.h1 import BadResponse, ConnectFailed, Disconnected, H1Client
+from gateway.upstream.pool_client import metrics_fetch
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 

@@ -5,8 +5,9 @@ from typing import Any
 import pytest
 
 from gateway.config import Model, OutputTokens, Route
+from gateway.edge.exchange import Kind
 from gateway.errors import InvalidJSONError, InvalidRequestError
-from gateway.normalize import Kind, alias_of, parse_body, prepare
+from gateway.relay.normalize import alias_of, parse_body, prepare
 
 MODEL = Model(name="fast", route=Route(pool="small"), max_tokens=OutputTokens(default=100, cap=1000))
 

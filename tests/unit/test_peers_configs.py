@@ -27,7 +27,7 @@ from eval.peers.floor import create_app
 from eval.peers.measure import unique_prompts
 from eval.peers.sides import Side
 from gateway.config import parse_policy
-from gateway.keys import generate_key, hash_key
+from gateway.tenancy.keys import generate_key, hash_key
 
 
 def test_our_policies_parse_with_auth_redis_limits_and_the_routed_alias() -> None:

@@ -8,9 +8,9 @@ import logging
 import orjson
 import pytest
 
-from gateway.exchange import Exchange
-from gateway.redact import redact
-from gateway.reqlog import RequestLog, prompt_text, response_text
+from gateway.edge.exchange import Exchange
+from gateway.observability.redact import redact
+from gateway.observability.request_log import RequestLog, prompt_text, response_text
 from ratelimit.model import Tenant
 from tests.support.pii import corpus, leaked
 

@@ -4,7 +4,7 @@ import pytest
 
 from gateway.config import DEFAULT_POLICY_YAML as BASE
 from gateway.config import ConfigError, default_policy, parse_policy
-from gateway.runtime import check_deployment
+from gateway.parts import check_deployment
 from gateway.settings import Settings
 
 

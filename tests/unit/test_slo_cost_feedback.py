@@ -8,12 +8,12 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from gateway.config import parse_policy
+from gateway.edge.exchange import Exchange
 from gateway.errors import ConflictError, NotFoundError
-from gateway.exchange import Exchange
-from gateway.feedback import FeedbackRequest, FeedbackStore
-from gateway.metrics import Metrics
-from gateway.observe import Observer
-from gateway.slo import SloTargets, judge
+from gateway.observability.feedback import FeedbackRequest, FeedbackStore
+from gateway.observability.goodput import SloTargets, judge
+from gateway.observability.metrics import Metrics
+from gateway.observability.observer import Observer
 from ratelimit.model import Tenant
 from tests.support.prom import metric
 

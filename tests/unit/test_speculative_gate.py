@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from gateway.admission import Admissions
+from gateway.budget.admission import Admissions
 from gateway.config import default_policy
 from gateway.errors import RateLimitError
-from gateway.metrics import Metrics
+from gateway.observability.metrics import Metrics
 from ratelimit.model import (
     Admission,
     Decision,

@@ -21,7 +21,8 @@ import httpx
 import orjson
 import redis
 
-from gateway.normalize import Kind, estimate_input_tokens
+from gateway.edge.exchange import Kind
+from gateway.relay.normalize import estimate_input_tokens
 from ratelimit.model import LimitsConfig
 from tests.e2e.limits.conftest import SimFactory, gateway
 from tests.support.limits_stack import (

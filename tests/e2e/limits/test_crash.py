@@ -16,7 +16,8 @@ from contextlib import AsyncExitStack
 
 import httpx
 
-from gateway.normalize import Kind, estimate_input_tokens
+from gateway.edge.exchange import Kind
+from gateway.relay.normalize import estimate_input_tokens
 from ratelimit.model import LimitsConfig
 from tests.e2e.limits.conftest import SimFactory, gateway
 from tests.support.limits_stack import TenantKey, chat_body, write_policy

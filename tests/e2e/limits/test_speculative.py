@@ -22,7 +22,8 @@ import openai
 import pytest
 import redis
 
-from gateway.normalize import Kind, estimate_input_tokens
+from gateway.edge.exchange import Kind
+from gateway.relay.normalize import estimate_input_tokens
 from tests.e2e.limits.conftest import SimFactory, gateway
 from tests.support.limits_stack import (
     TenantKey,

@@ -5,10 +5,10 @@ from __future__ import annotations
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from gateway.admin import build_admin_router
 from gateway.config import StaticKey, Tenancy
 from gateway.errors import GatewayError
-from gateway.keys import KeyStore, generate_key, hash_key, static_records
+from gateway.tenancy.admin import build_admin_router
+from gateway.tenancy.keys import KeyStore, generate_key, hash_key, static_records
 from ratelimit.model import LimitsConfig, TierLimits
 
 ADMIN = "admin-" + "x" * 40

@@ -9,10 +9,10 @@ import pytest
 import redis.asyncio
 from fastapi import FastAPI
 
-from gateway.admin import build_admin_router
-from gateway.auth import Authenticator
 from gateway.errors import AuthenticationError
-from gateway.keys import KeyStore, MemoryKeyStore, RedisKeyStore, hash_key, static_records
+from gateway.tenancy.admin import build_admin_router
+from gateway.tenancy.auth import Authenticator
+from gateway.tenancy.keys import KeyStore, MemoryKeyStore, RedisKeyStore, hash_key, static_records
 from tests.integration.tenancy.admin_app import ADMIN, LIMITS, STATIC_KEY, TENANCY, make_app
 
 

@@ -11,10 +11,10 @@ from collections.abc import Iterator
 import pytest
 import uvicorn
 
-from gateway.auth import Authenticator
 from gateway.cli import build_parser, main
 from gateway.config import Tenancy
-from gateway.keys import MemoryKeyStore, hash_key
+from gateway.tenancy.auth import Authenticator
+from gateway.tenancy.keys import MemoryKeyStore, hash_key
 from ratelimit.model import LimitsConfig
 from tests.integration.tenancy.admin_app import ADMIN, make_app
 from tests.support.thread_server import uvicorn_in_thread

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import redis.asyncio
 
-from gateway.auth import Authenticator
 from gateway.config import Tenancy
 from gateway.errors import AuthenticationError, UpstreamUnavailableError
-from gateway.keys import DuplicateKeyError, KeyRecord, RedisKeyStore, generate_key, hash_key
+from gateway.tenancy.auth import Authenticator
+from gateway.tenancy.keys import DuplicateKeyError, KeyRecord, RedisKeyStore, generate_key, hash_key
 from ratelimit.model import LevelLimits, LimitsConfig
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.auth import Authenticator, Principal
 from gateway.config import AppConfig, OrgConfig, StaticKey, Tenancy
 from gateway.errors import (
     AuthenticationError,
@@ -13,7 +12,8 @@ from gateway.errors import (
     PermissionDeniedError,
     UpstreamUnavailableError,
 )
-from gateway.keys import KeyRecord, MemoryKeyStore, generate_key, hash_key
+from gateway.tenancy.auth import Authenticator, Principal
+from gateway.tenancy.keys import KeyRecord, MemoryKeyStore, generate_key, hash_key
 from ratelimit.model import LevelLimits, LimitsConfig, TierLimits
 
 LIMITS = LimitsConfig(

@@ -8,7 +8,7 @@ import re
 import pytest
 
 from gateway.config import StaticKey, Tenancy
-from gateway.keys import (
+from gateway.tenancy.keys import (
     DuplicateKeyError,
     KeyRecord,
     MemoryKeyStore,

@@ -18,13 +18,13 @@ from typing import Protocol, TypeVar
 
 import aiohttp
 
+from gateway.edge.exchange import Kind
 from gateway.errors import GatewayError, UpstreamError, UpstreamTimeoutError, from_upstream
-from gateway.h1 import H1Client, H1Error
-from gateway.metrics import Metrics
-from gateway.normalize import Kind
-from gateway.sse import SSESplitter
-from gateway.tracing import NoTracing, TraceHooks
-from gateway.upstream import PATHS, RETRY_STATUSES, PoolClient, classify, no_capacity
+from gateway.observability.metrics import Metrics
+from gateway.observability.tracing import NoTracing, TraceHooks
+from gateway.upstream.h1 import H1Client, H1Error
+from gateway.upstream.pool_client import PATHS, RETRY_STATUSES, PoolClient, classify, no_capacity
+from gateway.upstream.sse import SSESplitter
 from pools.pool import NoCapacity
 from pools.replica import Replica
 
@@ -75,7 +75,7 @@ class PoolCalls:
         h1: H1Client | None = None,
     ) -> None:
         self._session = session
-        # Plain-HTTP replicas go through the lean client (gateway.h1); TLS ones through aiohttp.
+        # Plain-HTTP replicas go through the lean client (gateway.upstream.h1); TLS ones through aiohttp.
         self._h1 = h1
         self._metrics = metrics
         self._tracing: TraceHooks = tracing or NoTracing()

@@ -20,10 +20,10 @@ import aiohttp
 import httpx
 
 from gateway.config import Pool
+from gateway.edge.exchange import Kind
 from gateway.errors import GatewayError, UpstreamError, UpstreamTimeoutError, UpstreamUnavailableError
-from gateway.h1 import BadResponse, ConnectFailed, Disconnected, H1Client, H1Error
-from gateway.hosted import replica_paths
-from gateway.normalize import Kind
+from gateway.upstream.h1 import BadResponse, ConnectFailed, Disconnected, H1Client, H1Error
+from gateway.upstream.hosted import replica_paths
 from pools.affinity import prefix_key
 from pools.discovery import Discovery, StaticDiscovery, discovery_for
 from pools.pool import NoCapacity, ReplicaPool
@@ -72,7 +72,7 @@ class PoolClient:
         rand: random.Random | None = None,
         hosted_base: str = "",
     ) -> PoolClient:
-        """`hosted_base`: the LiteLLM bridge's URL (gateway.hosted), for `engine: litellm` pools."""
+        """`hosted_base`: the LiteLLM bridge's URL (gateway.upstream.hosted), for `engine: litellm` pools."""
         headers = {"content-type": "application/json"}
         if pool.api_key_env:
             key = environ.get(pool.api_key_env)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from gateway.config import Tenancy
 from gateway.errors import AuthenticationError, InternalError, PermissionDeniedError
-from gateway.keys import KeyRecord, KeyStore, mask_key, static_records
+from gateway.tenancy.keys import KeyRecord, KeyStore, mask_key, static_records
 from ratelimit.model import LevelLimits, LimitsConfig, Priority, Tenant
 
 ANONYMOUS = "anonymous"

@@ -16,6 +16,7 @@ import itertools
 import os
 import re
 from collections.abc import Awaitable, Callable, MutableMapping
+from enum import StrEnum
 from typing import Any
 
 from gateway.errors import GatewayError
@@ -30,6 +31,14 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 
 _REQUEST_ID_OK = re.compile(rb"^[A-Za-z0-9._:\-]{1,128}$")
+
+
+class Kind(StrEnum):
+    """Which OpenAI endpoint a request came in on (the edge decides it from the path)."""
+
+    CHAT = "chat"
+    COMPLETIONS = "completions"
+    EMBEDDINGS = "embeddings"
 
 
 class ClientGone(Exception):
@@ -94,15 +103,16 @@ class Exchange:
         self.usage_in = 0
         self.usage_out = 0
         self.reported = False  # usage came from the pool (else it is the gateway's own count)
-        # What the SLO judge and cost accounting read when the request ends (gateway.observe).
+        # What the SLO judge and cost accounting read when the request ends (gateway.observability.observer).
         self.ttft: float | None = None  # arrival -> first token event sent (streams relayed live)
         self.tpot: float | None = None  # mean time per output token after the first (streams)
         self.broken = False  # the pool broke the stream off after it started
         self.costs: list[tuple[str, float]] | None = None  # a cascade's (pool, USD) per priced call
-        # Request log only (gateway.reqlog): None when it is off, so the relay skips the bookkeeping.
+        # Request log only (gateway.observability.request_log): None when it is off, so the relay
+        # skips the bookkeeping.
         self.notes: dict[str, Any] | None = None  # routing decision, escalations, the body (text on)
         self.capture: list[bytes] | None = None  # relayed answer bytes (text logging on)
-        self.span: Any = None  # the root span when tracing is on (gateway.tracing.RootSpan)
+        self.span: Any = None  # the root span when tracing is on (gateway.observability.tracing.RootSpan)
         self.cache: bytes | None = None  # the cache status (hit, semantic-hit, miss, bypass) once known
         # Speculative admission (limits.speculative): the pool is being called while the admission is
         # in flight; a refusal arriving then cancels the task and is answered as `refusal`.
@@ -174,7 +184,7 @@ class RequestHeaders:
         self.api_key: bytes | None = None
         self.latency_budget: bytes | None = None  # routed aliases: x-llmgw-latency-budget-ms
         self.risk: bytes | None = None  # routed aliases: x-llmgw-risk (comma-separated flags)
-        self.cache: bytes | None = None  # x-llmgw-cache: on | off (gateway.caching)
+        self.cache: bytes | None = None  # x-llmgw-cache: on | off (gateway.relay.response_cache)
         for name, value in scope["headers"]:
             if name == b"authorization":
                 self.authorization = value

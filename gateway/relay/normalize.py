@@ -12,19 +12,13 @@ gateway can meter tokens; whether the client sees the usage chunk is remembered 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any
 
 import orjson
 
 from gateway.config import Model
+from gateway.edge.exchange import Kind
 from gateway.errors import InvalidJSONError, InvalidRequestError
-
-
-class Kind(StrEnum):
-    CHAT = "chat"
-    COMPLETIONS = "completions"
-    EMBEDDINGS = "embeddings"
 
 
 @dataclass(frozen=True, slots=True)

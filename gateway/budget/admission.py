@@ -23,7 +23,7 @@ from time import monotonic, perf_counter
 from typing import Any
 
 from gateway.errors import RateLimitError, UpstreamUnavailableError
-from gateway.metrics import Metrics
+from gateway.observability.metrics import Metrics
 from ratelimit.errors import BackendUnavailable
 from ratelimit.model import (
     Admission,

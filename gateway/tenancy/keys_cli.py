@@ -1,6 +1,6 @@
 """`llmgw keys ...`: manage tenant keys.
 
-`create`, `list` and `revoke` call a running gateway's admin API (`gateway.admin`) over HTTP, so they
+`create`, `list` and `revoke` call a running gateway's admin API (`gateway.tenancy.admin`) over HTTP, so they
 work the same with the memory store (the keys live in that process) and the Redis store. `hash` and
 `generate` are offline: they produce what a small deployment writes into `tenancy.keys` of the policy.
 Arguments are declared in `gateway.cli`; this module is imported only when `keys` runs.
@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 
-from gateway.keys import generate_key, hash_key
+from gateway.tenancy.keys import generate_key, hash_key
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 TIMEOUT_S = 10.0

@@ -28,10 +28,10 @@ from cache.policy import HEADER_VALUES, uses_cache
 from cache.semantic import MemoryVectorIndex, RedisVectorIndex, VectorIndex
 from cache.verify import same_question
 from gateway.config import ConfigError, ModelCache, Policy
+from gateway.edge.exchange import Kind
 from gateway.errors import InvalidRequestError
-from gateway.metrics import Metrics
-from gateway.normalize import Kind
-from gateway.routing import RoutedAlias
+from gateway.observability.metrics import Metrics
+from gateway.routing.aliases import RoutedAlias
 from gateway.settings import Settings
 from ratelimit.model import Tenant
 from ratelimit.resp import RespClient

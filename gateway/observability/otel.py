@@ -1,6 +1,7 @@
 """OpenTelemetry traces with the GenAI semantic conventions (shared/reference/otel-genai.md, v1.41).
 
-`Tracing` implements `gateway.tracing.TraceHooks`; this module is imported only when tracing is on.
+`Tracing` implements `gateway.observability.tracing.TraceHooks`; this module is imported only when
+tracing is on.
 
 Off unless `LLMGW_TRACING=true`. Then each request gets a root span `{operation} {alias}` (kind
 SERVER; `chat`, `text_completion` or `embeddings`) carrying `gen_ai.*` request attributes, usage,
@@ -19,7 +20,7 @@ headers, timeout), batched off the event loop by the SDK's BatchSpanProcessor.
 `gen_ai.provider.name` is the pool's engine (`vllm`, `openai`, `litellm`): not a registered value
 for vllm, which the conventions allow and which is more honest than claiming the `openai` flavour.
 
-When tracing is off, `gateway.tracing.NoTracing` stands in and this module is never imported.
+When tracing is off, `gateway.observability.tracing.NoTracing` stands in and this module is never imported.
 """
 
 from __future__ import annotations
@@ -39,8 +40,8 @@ from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from gateway.normalize import Kind
-from gateway.tracing import OPERATION
+from gateway.edge.exchange import Kind
+from gateway.observability.tracing import OPERATION
 
 _REQUEST_PARAMS = (
     ("max_tokens", "gen_ai.request.max_tokens"),

@@ -1,7 +1,7 @@
 """The tracing hooks the hot path calls, and their no-op stand-in (no OpenTelemetry import here).
 
-`gateway.otel.Tracing` implements `TraceHooks` with the OpenTelemetry SDK; it is imported only when
-`LLMGW_TRACING=true`, so a gateway without traces neither loads the SDK (~80 modules) nor pays for
+`gateway.observability.otel.Tracing` implements `TraceHooks` with the OpenTelemetry SDK; it is imported
+only when `LLMGW_TRACING=true`, so a gateway without traces neither loads the SDK (~80 modules) nor pays for
 it. With `NoTracing` every `with hooks.span(...)` site costs a method call returning one shared
 `nullcontext`, and the per-attempt and per-request hooks are skipped behind `enabled`.
 """
@@ -12,7 +12,7 @@ import contextlib
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
-from gateway.normalize import Kind
+from gateway.edge.exchange import Kind
 
 OPERATION = {Kind.CHAT: "chat", Kind.COMPLETIONS: "text_completion", Kind.EMBEDDINGS: "embeddings"}
 _NULL: AbstractContextManager[None] = contextlib.nullcontext()

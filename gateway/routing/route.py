@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gateway.config import Model
-from gateway.metrics import AliasMetrics
-from gateway.upstream import PoolClient
+from gateway.observability.metrics import AliasMetrics
+from gateway.upstream.pool_client import PoolClient
 
 
 @dataclass(frozen=True, slots=True)

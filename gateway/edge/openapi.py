@@ -1,6 +1,6 @@
 """Request/response schemas for the OpenAPI document of the OpenAI routes.
 
-The hot path never validates through these models (gateway.normalize checks what the gateway
+The hot path never validates through these models (gateway.relay.normalize checks what the gateway
 relies on, everything else passes through to the pool); they exist so that the published
 OpenAPI document, which `make fuzz` drives schemathesis with, says exactly what the gateway
 accepts and answers. `model` is an enum of the deployment's aliases.

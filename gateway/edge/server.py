@@ -15,8 +15,8 @@ import uvicorn
 
 from gateway.app import GatewayApp
 from gateway.config import ConfigError, Policy, default_policy, load_policy
-from gateway.routing import build_routed
-from gateway.runtime import check_deployment
+from gateway.parts import check_deployment
+from gateway.routing.aliases import build_routed
 from gateway.settings import Settings
 
 
@@ -25,7 +25,7 @@ def load(settings: Settings) -> Policy:
 
 
 def create_app() -> GatewayApp:
-    """Factory for `uvicorn --factory gateway.server:create_app` (used by multi-worker serving)."""
+    """Factory for `uvicorn --factory gateway.edge.server:create_app` (used by multi-worker serving)."""
     settings = Settings()
     return GatewayApp(load(settings), settings)
 
@@ -72,7 +72,7 @@ def serve(config: str | None, host: str | None, port: int | None, workers: int |
                 "LLMGW_WORKERS": str(settings.workers),
             }
         )
-        uvicorn.run("gateway.server:create_app", factory=True, workers=settings.workers, **common)  # type: ignore[arg-type]
+        uvicorn.run("gateway.edge.server:create_app", factory=True, workers=settings.workers, **common)  # type: ignore[arg-type]
     else:
         assert app is not None
         uvicorn.run(app, **common)  # type: ignore[arg-type]

@@ -16,14 +16,13 @@ from __future__ import annotations
 from typing import Any
 
 from gateway.config import Policy
-from gateway.cost import CostMetrics
-from gateway.exchange import Exchange
-from gateway.feedback import Feedback, FeedbackStore
-from gateway.metrics import Metrics
-from gateway.normalize import Kind
-from gateway.reqlog import RequestLog
-from gateway.slo import SloMetrics
-from gateway.tracing import NoTracing, TraceHooks
+from gateway.edge.exchange import Exchange, Kind
+from gateway.observability.cost import CostMetrics
+from gateway.observability.feedback import Feedback, FeedbackStore
+from gateway.observability.goodput import SloMetrics
+from gateway.observability.metrics import Metrics
+from gateway.observability.request_log import RequestLog
+from gateway.observability.tracing import NoTracing, TraceHooks
 from ratelimit.model import Tenant
 
 FEEDBACK_TTL_S = 3600.0

@@ -27,11 +27,11 @@ from fastapi import APIRouter, Request
 from prometheus_client import CollectorRegistry, Histogram
 from pydantic import BaseModel, ConfigDict, Field
 
-from gateway.auth import Authenticator
-from gateway.cost import CostMetrics
+from gateway.edge.exchange import RequestHeaders
+from gateway.edge.openapi import error_responses
 from gateway.errors import ConflictError, NotFoundError
-from gateway.exchange import RequestHeaders
-from gateway.openapi import error_responses
+from gateway.observability.cost import CostMetrics
+from gateway.tenancy.auth import Authenticator
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,13 +15,13 @@ from typing import Any
 
 import orjson
 
-from gateway.admission import Ticket
+from gateway.budget.admission import Ticket
+from gateway.edge.exchange import Exchange, Send
 from gateway.errors import GatewayError, UpstreamError
-from gateway.exchange import Exchange, Send
-from gateway.metrics import Metrics
-from gateway.route import Route
-from gateway.routing import RoutedAlias, answer_of, call_body, sse_of, summed_usage
-from gateway.tracing import NoTracing, TraceHooks
+from gateway.observability.metrics import Metrics
+from gateway.observability.tracing import NoTracing, TraceHooks
+from gateway.routing.aliases import RoutedAlias, answer_of, call_body, sse_of, summed_usage
+from gateway.routing.route import Route
 from router.cascade import Accept, Escalate
 from router.plan import Answer, Call, Plan
 

@@ -15,12 +15,12 @@ import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
-from gateway.admission import Admissions
-from gateway.auth import Authenticator
+from gateway.budget.admission import Admissions
 from gateway.config import ConfigError, Policy
-from gateway.keys import KeyRecord, KeyStore, MemoryKeyStore, RedisKeyStore, static_records
-from gateway.metrics import FailoverCollector, Metrics
+from gateway.observability.metrics import FailoverCollector, Metrics
 from gateway.settings import Settings
+from gateway.tenancy.auth import Authenticator
+from gateway.tenancy.keys import KeyRecord, KeyStore, MemoryKeyStore, RedisKeyStore, static_records
 from ratelimit.failover import FailoverLimiter
 from ratelimit.memory_backend import MemoryBackend
 from ratelimit.model import Limiter

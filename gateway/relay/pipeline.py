@@ -1,13 +1,13 @@
 """The request hot path: OpenAI request in, pool answer out, as a bare ASGI handler.
 
-Flow per request: read the body (bounded) -> parse and normalize (gateway.normalize) -> pick the
+Flow per request: read the body (bounded) -> parse and normalize (gateway.relay.normalize) -> pick the
 pool of the alias -> POST to a replica over the shared aiohttp session -> relay the answer.
 Non-streamed answers are passed through as the pool's bytes (parsed once, for usage only). Streams
-are relayed event by event without re-serializing (gateway.sse); the response starts only when the
+are relayed event by event without re-serializing (gateway.upstream.sse); the response starts only when the
 first upstream chunk is in hand, so every failure before that is a clean JSON error with the right
 status, and every failure after it ends the stream with an error event and `[DONE]`.
 
-A watcher (gateway.exchange) waits on the ASGI receive channel for `http.disconnect`; when the client
+A watcher (gateway.edge.exchange) waits on the ASGI receive channel for `http.disconnect`; when the client
 leaves, the handler task is cancelled, which closes the upstream connection, which makes vLLM abort the
 request and free its KV cache. The handler is a plain ASGI callable rather than a FastAPI route:
 measured here, routing, dependency injection and Response objects cost more than the relay itself.
@@ -24,12 +24,19 @@ import aiohttp
 import orjson
 
 from cache.entry import replay, usage_of
-from gateway.admission import Admissions, Ticket
-from gateway.auth import Authenticator
-from gateway.caching import BYPASS, MISS, Lookup, ResponseCache
-from gateway.calls import UPSTREAM_FAILURES, PoolCalls, Upstream
-from gateway.cascade_run import CascadeRunner, Decided
+from gateway.budget.admission import Admissions, Ticket
 from gateway.config import CACHE_POOL, Policy
+from gateway.edge.exchange import (
+    ClientGone,
+    Exchange,
+    Kind,
+    Receive,
+    RequestHeaders,
+    RequestIds,
+    Scope,
+    Send,
+    send_error,
+)
 from gateway.errors import (
     AuthenticationError,
     GatewayError,
@@ -40,24 +47,18 @@ from gateway.errors import (
     UpstreamError,
     UpstreamUnavailableError,
 )
-from gateway.exchange import (
-    ClientGone,
-    Exchange,
-    Receive,
-    RequestHeaders,
-    RequestIds,
-    Scope,
-    Send,
-    send_error,
-)
-from gateway.h1 import H1Client
-from gateway.metrics import Metrics
-from gateway.normalize import Kind, alias_of, estimate_input_tokens, parse_body, prepare
-from gateway.observe import Observer
-from gateway.route import Route
-from gateway.routing import RoutedAlias
-from gateway.sse import SSESplitter, error_event
-from gateway.upstream import PoolClient
+from gateway.observability.metrics import Metrics
+from gateway.observability.observer import Observer
+from gateway.relay.normalize import alias_of, estimate_input_tokens, parse_body, prepare
+from gateway.relay.response_cache import BYPASS, MISS, Lookup, ResponseCache
+from gateway.routing.aliases import RoutedAlias
+from gateway.routing.cascade_runner import CascadeRunner, Decided
+from gateway.routing.route import Route
+from gateway.tenancy.auth import Authenticator
+from gateway.upstream.calls import UPSTREAM_FAILURES, PoolCalls, Upstream
+from gateway.upstream.h1 import H1Client
+from gateway.upstream.pool_client import PoolClient
+from gateway.upstream.sse import SSESplitter, error_event
 from pools.replica import Replica
 from ratelimit.model import Tenant
 

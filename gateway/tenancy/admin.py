@@ -30,7 +30,7 @@ from gateway.errors import (
     NotFoundError,
     PermissionDeniedError,
 )
-from gateway.keys import DuplicateKeyError, KeyRecord, KeyStore, generate_key, hash_key, new_key_id
+from gateway.tenancy.keys import DuplicateKeyError, KeyRecord, KeyStore, generate_key, hash_key, new_key_id
 from ratelimit.model import LevelLimits
 
 HASH_PREFIX_LEN = 12
@@ -69,7 +69,8 @@ def build_admin_router(
     static_keys: Sequence[KeyRecord] = (),
     clock: Callable[[], float] = time.time,
 ) -> APIRouter:
-    """`static_keys` are the policy's keys (`gateway.keys.static_records`): listed, never revocable here."""
+    """`static_keys` are the policy's keys (`gateway.tenancy.keys.static_records`): listed, never
+    revocable here."""
     admin_secret = admin_key.encode("utf-8") if admin_key else None
     static = {r.key_id: r for r in static_keys}
     if admin_key and hash_key(admin_key) in {r.sha256 for r in static_keys}:

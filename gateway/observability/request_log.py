@@ -4,8 +4,8 @@ Off unless `LLMGW_REQUEST_LOG=true`. A line carries ids (request id, org, app, k
 key), the endpoint, alias, answering pool, routing decision of routed aliases (difficulty, cascade,
 start tier, escalations), status, tokens, latencies (TTFT, TPOT, end-to-end), cost and the SLO
 verdict. Prompt and response text are added only with `LLMGW_REQUEST_LOG_TEXT=true`, and then only
-after `gateway.redact` has replaced e-mail addresses, phone and card numbers, API keys and bearer
-tokens: nothing unredacted is ever handed to the logger.
+after `gateway.observability.redact` has replaced e-mail addresses, phone and card numbers, API keys
+and bearer tokens: nothing unredacted is ever handed to the logger.
 
 Text capture costs a copy of each relayed chunk, so the relay keeps chunks only when text logging is
 on (`Exchange.capture`); without it the log costs one dict and one `orjson.dumps` per request.
@@ -20,8 +20,8 @@ from typing import Any
 
 import orjson
 
-from gateway.exchange import Exchange
-from gateway.redact import redact
+from gateway.edge.exchange import Exchange
+from gateway.observability.redact import redact
 from ratelimit.model import Tenant
 
 LOGGER = "llmgw.requests"
