@@ -26,16 +26,9 @@ cache serves only what is the same question asked with other frame words, spelli
    (purchase -> buy, obtain / receive -> get, modify / alter -> change, delete -> remove, begin /
    commence -> start, automobile -> car, directory -> folder, dict -> dictionary, js -> javascript...)
    and unit abbreviations (km -> kilometer, lb / lbs -> pound, hr -> hour...).
-5. frames, which never change the answer: a greeting at the start (hi, hello there, good morning,
-   only before punctuation or the question itself: "hello world" stays); "quick question", "i was
-   wondering (if you could tell me)", "can you tell / show / explain (to) me", "i want / would like /
-   need to know", "does anyone know", "i am curious", "help me (understand)", "explain" before a
-   wh-word; please / kindly / thanks / thank you (in advance) / "any help appreciated" at the start or
-   end of a sentence, not after say / translate / spell / mean ("translate thanks"); and one canonical
-   form for asking how: how do / can / could / should I / you / we / one, how would I, how does one, how
-   to, how I can, explain / show me how to, what is the (best / right / proper / recommended / correct /
-   good) way / method to, is there a way to, what are the steps to, what do I need to do to -> "how do
-   i"; is it possible (for me) to, am I able to -> "can i".
+5. frames (`cache._frames`), which never change the answer: greetings, fillers, "can you tell me",
+   please / thanks at a sentence edge, dropped at a clause start; every way of asking how -> "how do
+   i", is it possible to -> "can i".
 6. numbers (not in a metalinguistic question): number words -> digits ("twenty five" -> 25, "one
    hundred and five" -> 105, "one" -> 1 wherever it stands, consistently on both sides), 1st..20th ->
    first..twentieth; multi-word synonyms (money back -> refund, sign in / login / log on -> log in, sign
@@ -70,7 +63,8 @@ import unicodedata
 from collections import Counter
 from typing import Final
 
-from cache.lexicon import (
+from cache._frames import strip_frames
+from cache._lexicon import (
     ARTICLES,
     BARE_CONTRACTIONS,
     BOUNDARY,
@@ -124,63 +118,6 @@ _APOSTROPHE_S: Final = re.compile(r"\b(\w+)'s\b")
 # "{}").
 _TOKEN: Final = re.compile(r"'d|\w+(?:\.\w+)*(?:\+\+|#)?|[.,!?;:]+|['\"]|[^\w\s]")
 _ORDINAL_DIGITS: Final = re.compile(r"^(\d+)(?:st|nd|rd|th)$")
-
-_WH: Final = "how|what|why|when|where|who|which|whether|if|is|are|do|does|can|should"
-_START: Final = r"(?:^ | \| )"  # a clause start: the text start or a sentence boundary
-
-# Frames removed at a clause start (repeatedly, so "hi, quick question: can you tell me how..." goes).
-_LEAD_PARTS: Final = (
-    # greetings only before punctuation or the question: "hello world in rust" keeps its hello
-    r"(?:hi|hello|hey|hiya|greetings|good (?:morning|afternoon|evening))"
-    r"(?: there| all| everyone| guys| team| folks)?(?: \|| (?=(?:" + _WH + r"|i|my|we|our|so|just) )|(?= $))",
-    r"(?:ok|okay|so|um|uh|hmm|well|also|anyway) (?:so )?(?:\| )?(?=(?:" + _WH + r"|i) )",
-    r"(?:i have |got )?(?:a )?(?:quick |simple |small |silly |dumb )?question(?: for you)? \|",
-    r"(?:quick|simple) question (?=(?:" + _WH + r"|i) )",
-    r"(?:i )?(?:was|am|m|were|just) (?:just )?wondering(?: \|)? (?:(?:if|whether) (?:you|anyone) "
-    r"(?:could|can|would|might) (?:tell me|explain(?: to me)?|help me understand) )?",
-    r"(?:(?:can|could|would|will) (?:you|anyone|somebody|someone) )?(?:please )?"
-    r"(?:tell|show|explain to) me (?=(?:" + _WH + r") )",
-    r"(?:(?:can|could|would|will) (?:you|anyone|somebody|someone) )?(?:please )?explain (?=(?:"
-    + _WH
-    + r") )",
-    r"(?:i (?:want|would like|'d like|need|wanted|am trying|was trying) |just want |want )to know "
-    r"(?=(?:" + _WH + r") )",
-    r"(?:do you|does anyone|does anybody|anyone|anybody|any idea|any ideas) (?:know )?(?=(?:" + _WH + r") )",
-    r"i am curious (?:about |as to )?(?=(?:" + _WH + r") )",
-    r"(?:(?:can|could|would) you )?(?:please )?help me understand (?=(?:" + _WH + r") )",
-    r"(?:(?:can|could|would) you )?(?:please )?help me (?:to )?(?=\w)",
-    # "can you explain X" is the request "explain X"
-    r"(?:can|could|would|will) you (?:please )?(?=(?:explain|tell|show|give|write|summarize|list|describe"
-    r"|translate|recommend|suggest|define|name) )",
-)
-
-# One canonical form for asking how; applied at a clause start after the lead frames.
-_HOW: Final = re.compile(
-    _START
-    + r"(?:how (?:do|can|could|should|might|may) (?:i|you|we|one)|how would (?:i|we)|how does one|how to"
-    r"|how (?:i|we) (?:can|could|should)|(?:explain|show me) how to"
-    r"|what is (?:the |a )?(?:best |right |proper |recommended |correct |good )?(?:way|method) to"
-    r"|is there (?:a|any) way (?:for me )?to|what are (?:the )?steps to|what do i (?:need|have) to do to) "
-)
-_CAN: Final = re.compile(_START + r"(?:is it possible (?:for me )?to|am i able to) ")
-
-# please / thanks at a sentence edge, not as the word a question is about ("translate thanks").
-_NOT_AFTER: Final = "".join(
-    f"(?<! {w})" for w in ("say", "translate", "spell", "mean", "word", "pronounce", "respond to", "write")
-)
-_POLITE: Final = r"(?:please|kindly|thanks|thank you)(?: (?:so much|very much|a lot|in advance|again))?"
-_POLITE_HINT: Final = re.compile(r"please|kindly|thank|appreciated|asap")
-_LEAD: Final = re.compile(_START + "(?:" + "|".join(_LEAD_PARTS) + ")")
-_LEAD_POLITE: Final = re.compile(
-    _START + "(?:" + "|".join([*_LEAD_PARTS, "(?:" + _POLITE + r")(?: \|)? "]) + ")"
-)
-_POLITE_END: Final = re.compile(
-    _NOT_AFTER
-    + r" (?:\| )?(?:"
-    + _POLITE
-    + r"|any help (?:is |would be )?(?:much |greatly )?appreciated|(?:much|greatly) appreciated"
-    + r"|please help|asap) (?=\||$)|(?<= you) please (?=\w)"
-)
 
 # An embedded question ends in is / are: "what a closure is" -> "what is a closure".
 _EMBEDDED: Final = frozenset("what who where".split())
@@ -253,30 +190,6 @@ def _word_maps(words: list[str], keep: frozenset[str]) -> list[str]:
         else:
             out.append(m)
     return out
-
-
-def _clause_start(m: re.Match[str]) -> str:
-    """What a removed clause-initial frame leaves: the padding space, or the boundary it followed."""
-    return " " if m.start() == 0 else " | "
-
-
-def _squeeze(s: str) -> str:
-    return " " + " ".join(s.split()) + " "
-
-
-def _frames(s: str, mapped: bool) -> str:
-    """Step 5 on the padded token string ' tok tok | tok ', repeated while a frame goes."""
-    lead = _LEAD_POLITE if mapped else _LEAD
-    while True:
-        s, n = lead.subn(_clause_start, s)
-        if mapped and _POLITE_HINT.search(s):
-            s, m = _POLITE_END.subn(" ", s)
-            n += m
-        if not n:
-            break
-        s = _squeeze(s)
-    s = _HOW.sub(lambda m: _clause_start(m) + "how do i ", s)
-    return _CAN.sub(lambda m: _clause_start(m) + "can i ", s)
 
 
 def _numbers(words: list[str]) -> list[str]:
@@ -392,7 +305,7 @@ def normal_form(text: str, mapped: bool = True) -> tuple[str, ...]:
     """The content of `text`: tokens after every meaning-preserving normalization (module docstring).
     `mapped=False` is the metalinguistic mode: no word maps, numbers or please / thanks rule."""
     words = _tokens(_prepare(text), mapped)
-    s = _frames(" " + " ".join(words) + " ", mapped)
+    s = strip_frames(" " + " ".join(words) + " ", mapped)
     words = s.split()
     if mapped:
         keep = frozenset(w.lower() for w in _ALL_CAPS.findall(text))
