@@ -56,7 +56,7 @@ from gateway.observability.observer import Observer
 from gateway.observability.request_log import RequestLog, request_logger
 from gateway.observability.tracing import TraceHooks
 from gateway.parts import build as build_components
-from gateway.relay.pipeline import Relay
+from gateway.relay.pipeline import Relay, RelayParts
 from gateway.relay.response_cache import build_cache
 from gateway.routing.aliases import build_routed
 from gateway.settings import Settings
@@ -156,18 +156,20 @@ class GatewayApp:
         if self.cache is not None:
             await self.cache.start()
         relay = Relay(
-            self.policy,
-            pools,
-            session,
-            parts.metrics,
-            self.settings.max_body_bytes,
-            parts.auth,
-            parts.admissions,
-            self.ids,
-            self.routed,
-            self.observer,
-            self.cache,
-            h1,
+            RelayParts(
+                policy=self.policy,
+                pools=pools,
+                session=session,
+                metrics=parts.metrics,
+                auth=parts.auth,
+                admissions=parts.admissions,
+                ids=self.ids,
+                max_body_bytes=self.settings.max_body_bytes,
+                routed=self.routed,
+                observer=self.observer,
+                cache=self.cache,
+                h1=h1,
+            )
         )
         self.runtime = _Runtime(relay, parts.metrics)
         renewer = asyncio.create_task(parts.admissions.renew_forever())

@@ -79,7 +79,7 @@ async def _per_request_us(variant: str, n: int, repeats: int) -> list[float]:
     for _ in range(repeats):
         t0 = time.perf_counter()
         for i in range(n):
-            req = Exchange()
+            req = Exchange(b"req_%08x" % i, Kind.CHAT)
             obs.start(req, Kind.CHAT, _HEADERS)
             with trace.span("auth"):
                 pass
@@ -89,7 +89,15 @@ async def _per_request_us(variant: str, n: int, repeats: int) -> list[float]:
             if req.capture is not None:
                 req.capture.append(_CHUNK)
             req.usage_in, req.usage_out, req.ttft, req.tpot = 20, 64, 0.1, 0.02
-            obs.finish(b"req_%08x" % i, "chat", "small", "small", _TENANT, 200, True, 1.5, req)
+            req.model, req.pool, req.tenant, req.status, req.stream, req.e2e = (
+                "small",
+                "small",
+                _TENANT,
+                200,
+                True,
+                1.5,
+            )
+            obs.finish(req)
         out.append((time.perf_counter() - t0) / n * 1e6)
     return out
 

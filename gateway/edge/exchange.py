@@ -20,6 +20,7 @@ from enum import StrEnum
 from typing import Any
 
 from gateway.errors import GatewayError
+from ratelimit.model import Tenant
 
 # How long a pool call runs before the relay watches for the client leaving. Short against any LLM
 # generation (what cancelling saves), long against a fast answer (which then costs no task).
@@ -87,14 +88,26 @@ async def send_error(send: Send, err: GatewayError, request_id: bytes) -> None:
 
 
 class Exchange:
-    """Per-request bookkeeping shared with the disconnect watcher, and the usage to settle."""
+    """One request's record: who, where to, how it ended, its usage and timings (what settlement and
+    observability read), and the disconnect watcher. The relay's `RequestContext` extends it with the
+    pipeline's own state; everything downstream of the relay sees only this."""
 
     __slots__ = (
+        "rid", "kind", "tenant", "priority", "model", "pool", "status", "stream", "e2e",
         "task", "finished", "client_gone", "watcher", "watch_timer", "usage_in", "usage_out", "reported",
         "ttft", "tpot", "broken", "costs", "notes", "capture", "span", "cache", "speculating", "refusal",
     )  # fmt: skip
 
-    def __init__(self) -> None:
+    def __init__(self, rid: bytes = b"", kind: Kind = Kind.CHAT) -> None:
+        self.rid = rid
+        self.kind = kind
+        self.tenant: Tenant | None = None  # None until authenticated
+        self.priority = 0  # the pool hold queue's priority (from the tenant's tier)
+        self.model = "-"  # the alias that served (labels metrics), "-" before routing
+        self.pool = "-"  # the pool that served, CACHE_POOL for a cache hit
+        self.status = 500
+        self.stream = False
+        self.e2e = 0.0  # arrival -> last byte, seconds
         self.task = asyncio.current_task()
         self.finished = False
         self.client_gone = False

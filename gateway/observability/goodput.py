@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from prometheus_client import CollectorRegistry, Counter
 
 from gateway.config import Policy, SloClass
+from gateway.edge.exchange import Exchange
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,25 +79,17 @@ class SloChildren:
     met: Counter
     missed: Counter
 
-    def record(
-        self,
-        status: int,
-        streamed: bool,
-        ttft: float | None,
-        tpot: float | None,
-        e2e: float,
-        output_tokens: int,
-        broken: bool,
-    ) -> bool | None:
+    def record(self, req: Exchange) -> bool | None:
         """Judge one finished request and count it; returns the verdict (None = not judged)."""
+        status = req.status
         if status >= 500:
             verdict: bool | None = False
         elif status != 200:
             return None
-        elif broken:
+        elif req.broken:
             verdict = False
         else:
-            verdict = judge(self.targets, streamed, ttft, tpot, e2e, output_tokens)
+            verdict = judge(self.targets, req.stream, req.ttft, req.tpot, req.e2e, req.usage_out)
         if verdict is True:
             self.met.inc()
         elif verdict is False:

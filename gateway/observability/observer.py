@@ -23,7 +23,6 @@ from gateway.observability.goodput import SloMetrics
 from gateway.observability.metrics import Metrics
 from gateway.observability.request_log import RequestLog
 from gateway.observability.tracing import NoTracing, TraceHooks
-from ratelimit.model import Tenant
 
 FEEDBACK_TTL_S = 3600.0
 FEEDBACK_MAX_ENTRIES = 50_000
@@ -65,25 +64,12 @@ class Observer:
         if self.log is not None:
             self.log.begin(req, body)
 
-    def finish(
-        self,
-        rid: bytes,
-        endpoint: str,
-        model: str,
-        pool: str,
-        tenant: Tenant | None,
-        status: int,
-        streamed: bool,
-        e2e: float,
-        req: Exchange,
-    ) -> None:
-        """One request ended with `status` after `e2e` seconds; `tenant` is None before authentication."""
+    def finish(self, req: Exchange) -> None:
+        """One request ended (its status, e2e and where it went are on `req`; `req.tenant` is None
+        before authentication)."""
+        tenant, model, pool, status = req.tenant, req.model, req.pool, req.status
         slo = self._slo.get((model, pool))
-        verdict = (
-            slo.record(status, streamed, req.ttft, req.tpot, e2e, req.usage_out, req.broken)
-            if slo is not None
-            else None
-        )
+        verdict = slo.record(req) if slo is not None else None
         cost: float | None = None
         if tenant is not None:
             org = tenant.org
@@ -100,15 +86,15 @@ class Observer:
                     self.cost.charge(org, pool, cost)
             if status == 200:
                 self.cost.accept(org, pool)
-                self._store.remember(org, rid.decode(), pool)
+                self._store.remember(org, req.rid.decode(), pool)
         if self.log is not None:
-            self.log.write(rid, endpoint, model, pool, tenant, status, streamed, e2e, req, cost, verdict)
+            self.log.write(req, cost, verdict)
         if req.span is not None:
             attrs = {
                 "gen_ai.usage.input_tokens": req.usage_in,
                 "gen_ai.usage.output_tokens": req.usage_out,
                 "gen_ai.response.time_to_first_chunk": req.ttft,
-                "llmgw.request_id": rid.decode(),
+                "llmgw.request_id": req.rid.decode(),
                 "llmgw.alias": model,
                 "llmgw.pool": pool,
                 "llmgw.org": tenant.org if tenant else None,

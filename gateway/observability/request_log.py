@@ -22,7 +22,6 @@ import orjson
 
 from gateway.edge.exchange import Exchange
 from gateway.observability.redact import redact
-from ratelimit.model import Tenant
 
 LOGGER = "llmgw.requests"
 
@@ -49,44 +48,32 @@ class RequestLog:
         if self.text:
             req.capture = []
 
-    def write(
-        self,
-        rid: bytes,
-        endpoint: str,
-        model: str,
-        pool: str,
-        tenant: Tenant | None,
-        status: int,
-        streamed: bool,
-        e2e: float,
-        req: Exchange,
-        cost: float | None,
-        slo: bool | None,
-    ) -> None:
+    def write(self, req: Exchange, cost: float | None, slo: bool | None) -> None:
+        tenant = req.tenant
         notes = req.notes or {}
         rec: dict[str, Any] = {
             "ts": round(time.time(), 3),
-            "request_id": rid.decode(),
+            "request_id": req.rid.decode(),
             "org": tenant.org if tenant else None,
             "app": tenant.app if tenant else None,
             "key_id": tenant.key_id if tenant else None,
-            "endpoint": endpoint,
-            "alias": model,
-            "pool": pool,
-            "stream": streamed,
-            "status": status,
+            "endpoint": req.kind.value,
+            "alias": req.model,
+            "pool": req.pool,
+            "stream": req.stream,
+            "status": req.status,
             "input_tokens": req.usage_in,
             "output_tokens": req.usage_out,
             "ttft_ms": _ms(req.ttft),
             "tpot_ms": _ms(req.tpot),
-            "e2e_ms": _ms(e2e),
+            "e2e_ms": _ms(req.e2e),
             "cost_usd": cost,
             "slo": None if slo is None else ("met" if slo else "missed"),
             "cache": req.cache.decode() if req.cache is not None else None,
         }
         route = notes.get("route")
         if route is not None:
-            rec["route"] = {**route, "tier": pool, "escalations": notes.get("escalations", 0)}
+            rec["route"] = {**route, "tier": req.pool, "escalations": notes.get("escalations", 0)}
         if self.text:
             body = notes.get("body")
             rec["prompt"] = redact(prompt_text(body)) if isinstance(body, dict) else None

@@ -9,21 +9,21 @@ handler task, which cancels every call in flight (their upstream connections clo
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
 from gateway.budget.admission import Ticket
-from gateway.edge.exchange import Exchange, Send
+from gateway.edge.exchange import Exchange, Kind, Send
 from gateway.errors import GatewayError, UpstreamError
 from gateway.observability.metrics import Metrics
 from gateway.observability.tracing import NoTracing, TraceHooks
-from gateway.routing.aliases import RoutedAlias, answer_of, call_body, sse_of, summed_usage
+from gateway.routing.aliases import answer_of, call_body, sse_of, summed_usage
 from gateway.routing.route import Route
+from gateway.routing.table import Decided
+from gateway.upstream.calls import CallSpec, PoolCalls
 from router.cascade import Accept, Escalate
-from router.plan import Answer, Call, Plan
+from router.plan import Answer, Call
 
 _JSON = (b"content-type", b"application/json")
 _SSE = [
@@ -32,32 +32,11 @@ _SSE = [
     (b"x-accel-buffering", b"no"),
 ]
 
-# (route, payload, headers, prefix key, priority) -> the pool's 200 body; raises GatewayError.
-UnaryCall = Callable[[Route, bytes, dict[str, str], int | None, int], Awaitable[bytes]]
-
-
-@dataclass(frozen=True, slots=True)
-class Decided:
-    """A routed request's plan, with one Route per tier of its alias."""
-
-    alias: RoutedAlias
-    routes: tuple[Route, ...]
-    plan: Plan
-    difficulty: float | None
-    prompt: str  # what the scorers see: the last user turn (as in the offline replay)
-    headers: list[tuple[bytes, bytes]]
-    direct: bool  # route only, served by the relay on the first tier (no runner)
-
-    @property
-    def calls(self) -> int:
-        """Calls the plan may make at most (what admission reserves for)."""
-        return sum(len(s.calls) for s in self.plan.steps) if self.plan.cascade else 1
-
 
 class CascadeRunner:
-    def __init__(self, metrics: Metrics, unary: UnaryCall, tracing: TraceHooks | None = None) -> None:
+    def __init__(self, metrics: Metrics, calls: PoolCalls, tracing: TraceHooks | None = None) -> None:
         self._metrics = metrics
-        self._unary = unary
+        self._calls = calls
         self._trace: TraceHooks = tracing or NoTracing()
 
     async def _call(
@@ -67,7 +46,8 @@ class CascadeRunner:
         pool = route.pool
         payload = call_body(body, pool.config.model, d.alias.logprobs)
         try:
-            data = await self._unary(route, payload, {**pool.headers, **headers}, pool.key(body), priority)
+            spec = CallSpec(Kind.CHAT, payload, {**pool.headers, **headers}, pool.key(body), priority)
+            data = await self._calls.unary(pool, spec)
             parsed = orjson.loads(data)
             if not isinstance(parsed, dict):
                 raise orjson.JSONDecodeError("not an object", "", 0)
@@ -81,56 +61,23 @@ class CascadeRunner:
         return answer_of(call, parsed, price.cost if price is not None else None), parsed, None
 
     async def run(
-        self,
-        d: Decided,
-        body: dict[str, Any],
-        client_usage: bool,
-        rid: bytes,
-        send: Send,
-        req: Exchange,
-        ticket: Ticket,
-        priority: int,
-    ) -> tuple[int, Route]:
-        """Answer the client; returns (status, the route of the tier that answered)."""
-        cascade, name = d.alias.cascade, d.alias.name
-        headers = {"x-request-id": rid.decode()}
-        bodies: dict[Call, dict[str, Any]] = {}
-        state, step = cascade.start(d.plan)
-        while True:
-            results = await asyncio.gather(*(self._call(d, c, body, headers, priority) for c in step.calls))
-            errors = [err for _, _, err in results if err is not None]
-            for answer, parsed, _ in results:
-                if parsed is not None:
-                    bodies[answer.call] = parsed
-            with self._trace.span("cascade.judge"):
-                decision = cascade.judge(d.plan, state, d.prompt, [a for a, _, _ in results])
-            if isinstance(decision, Escalate):
-                self._metrics.router_escalations.labels(name, decision.reason.value).inc()
-                state, step = decision.state, decision.step
-                continue
-            break
-        usage = summed_usage(decision.state.answers)
-        req.record(usage)  # what every call cost, charged to the tenant at settlement
-        req.costs = [
-            (d.routes[a.call.tier].pool.config.name, a.cost_usd)
-            for a in decision.state.answers
-            if a.cost_usd is not None
-        ]
-        if not isinstance(decision, Accept):
-            # Every call of the last step failed: the client gets that failure, usage is still settled.
-            raise errors[0] if errors else UpstreamError(f"routed model '{name}' has no answer")
-        route = d.routes[decision.tier]
-        escalations = len(decision.state.escalations)
-        escalated = "true" if escalations else "false"
+        self, d: Decided, body: dict[str, Any], client_usage: bool, req: Exchange, ticket: Ticket, send: Send
+    ) -> Route:
+        """Answer the client; returns the route of the tier that answered (`req.status` is 200 then)."""
+        accepted, bodies = await self._decide(d, body, req)
+        route = d.routes[accepted.tier]
+        escalations = len(accepted.state.escalations)
         if req.notes is not None:
             req.notes["escalations"] = escalations
-        self._metrics.router_decisions.labels(name, route.pool.config.name, escalated).inc()
-        route.metrics.input_tokens.inc(usage["prompt_tokens"])
-        route.metrics.output_tokens.inc(usage["completion_tokens"])
-        parsed = {**bodies[decision.answer.call], "usage": usage}
+        name = route.pool.config.name
+        self._metrics.router_decisions.labels(d.alias.name, name, "true" if escalations else "false").inc()
+        route.metrics.input_tokens.inc(req.usage_in)
+        route.metrics.output_tokens.inc(req.usage_out)
+        usage = {**summed_usage(accepted.state.answers)}
+        parsed = {**bodies[accepted.answer.call], "usage": usage}
         extra = [
-            (b"x-request-id", rid),
-            (b"x-llmgw-tier", route.pool.config.name.encode()),
+            (b"x-request-id", req.rid),
+            (b"x-llmgw-tier", name.encode()),
             (b"x-llmgw-escalations", str(escalations).encode()),
             *ticket.headers,
         ]
@@ -145,4 +92,39 @@ class CascadeRunner:
         if req.capture is not None:
             req.capture.append(data)
         await send({"type": "http.response.body", "body": data, "more_body": False})
-        return 200, route
+        req.status = 200
+        return route
+
+    async def _decide(
+        self, d: Decided, body: dict[str, Any], req: Exchange
+    ) -> tuple[Accept, dict[Call, dict[str, Any]]]:
+        """Make the plan's calls, step by step, until the judge accepts one (or every call of the last
+        step failed: that failure is raised). What every call cost is recorded on `req` either way."""
+        cascade, name = d.alias.cascade, d.alias.name
+        headers = {"x-request-id": req.rid.decode()}
+        bodies: dict[Call, dict[str, Any]] = {}
+        state, step = cascade.start(d.plan)
+        while True:
+            results = await asyncio.gather(
+                *(self._call(d, c, body, headers, req.priority) for c in step.calls)
+            )
+            errors = [err for _, _, err in results if err is not None]
+            for answer, parsed, _ in results:
+                if parsed is not None:
+                    bodies[answer.call] = parsed
+            with self._trace.span("cascade.judge"):
+                decision = cascade.judge(d.plan, state, d.prompt, [a for a, _, _ in results])
+            if not isinstance(decision, Escalate):
+                break
+            self._metrics.router_escalations.labels(name, decision.reason.value).inc()
+            state, step = decision.state, decision.step
+        req.record(summed_usage(decision.state.answers))  # charged to the tenant at settlement
+        req.costs = [
+            (d.routes[a.call.tier].pool.config.name, a.cost_usd)
+            for a in decision.state.answers
+            if a.cost_usd is not None
+        ]
+        if not isinstance(decision, Accept):
+            # Every call of the last step failed: the client gets that failure, usage is still settled.
+            raise errors[0] if errors else UpstreamError(f"routed model '{name}' has no answer")
+        return decision, bodies

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from typing import TypeVar
 
 import aiohttp
 
@@ -22,15 +22,16 @@ from gateway.edge.exchange import Kind
 from gateway.errors import GatewayError, UpstreamError, UpstreamTimeoutError, from_upstream
 from gateway.observability.metrics import Metrics
 from gateway.observability.tracing import NoTracing, TraceHooks
-from gateway.upstream.h1 import H1Client, H1Error
-from gateway.upstream.pool_client import PATHS, RETRY_STATUSES, PoolClient, classify, no_capacity
+from gateway.upstream.failures import PATHS, RETRY_KINDS, RETRY_STATUSES, classify, no_capacity
+from gateway.upstream.h1 import H1Client
+from gateway.upstream.pool_client import PoolClient
 from gateway.upstream.sse import SSESplitter
+from gateway.upstream.transport import UPSTREAM_FAILURES, Reply, Transports
 from pools.pool import NoCapacity
 from pools.replica import Replica
 
-UPSTREAM_FAILURES = (aiohttp.ClientError, H1Error, asyncio.TimeoutError, OSError)
-# Failures after which the request may go to another replica.
-_RETRY_KINDS = frozenset({"connect", "disconnect", "client_error"})
+__all__ = ["UPSTREAM_FAILURES", "CallSpec", "OpenStream", "PoolCalls"]
+
 _T = TypeVar("_T")
 
 
@@ -45,13 +46,16 @@ class _Failed(Exception):
         self.verdict = verdict
 
 
-class Upstream(Protocol):
-    """An open upstream response, either client's: `release` reuses a finished connection, `close`
-    drops it (how vLLM learns the reader left)."""
+@dataclass(slots=True)
+class CallSpec:
+    """One request to a pool: what to send, and where the replica picker places it."""
 
-    def release(self) -> object: ...
-
-    def close(self) -> object: ...
+    kind: Kind
+    payload: bytes
+    headers: dict[str, str]  # tracing adds each attempt's traceparent here
+    key: int | None = None  # prefix-affinity key
+    priority: int = 0  # hold-queue priority
+    strip: tuple[bool, bool] = (False, False)  # streams: the splitter's (strip_usage, strip_continuous)
 
 
 @dataclass(slots=True)
@@ -60,7 +64,7 @@ class OpenStream:
     end) and releases `replica`."""
 
     replica: Replica
-    resp: Upstream
+    resp: Reply
     read: Callable[[], Awaitable[bytes]]
     first: bytes
     splitter: SSESplitter
@@ -74,47 +78,19 @@ class PoolCalls:
         tracing: TraceHooks | None = None,
         h1: H1Client | None = None,
     ) -> None:
-        self._session = session
-        # Plain-HTTP replicas go through the lean client (gateway.upstream.h1); TLS ones through aiohttp.
-        self._h1 = h1
+        self._transports = Transports(session, h1)
         self._metrics = metrics
         self._tracing: TraceHooks = tracing or NoTracing()
 
-    async def unary(
-        self,
-        pool: PoolClient,
-        kind: Kind,
-        payload: bytes,
-        headers: dict[str, str],
-        key: int | None,
-        priority: int,
-    ) -> bytes:
+    async def unary(self, pool: PoolClient, call: CallSpec) -> bytes:
         """The body of a 200 answer (the replica is released), or the pool's error raised."""
-        replica, data = await self._with_retries(
-            pool, key, priority, lambda r: self._unary_attempt(pool, kind, payload, headers, r), kind, headers
-        )
+        replica, data = await self._with_retries(pool, call, self._unary_attempt)
         pool.replicas.release(replica, "ok")
         return data
 
-    async def open_stream(
-        self,
-        pool: PoolClient,
-        kind: Kind,
-        payload: bytes,
-        headers: dict[str, str],
-        strip: tuple[bool, bool],
-        key: int | None,
-        priority: int,
-    ) -> OpenStream:
-        """A stream up to its first event; `strip` = (strip_usage, strip_continuous) of the splitter."""
-        _, stream = await self._with_retries(
-            pool,
-            key,
-            priority,
-            lambda r: self._stream_attempt(pool, kind, payload, headers, strip, r),
-            kind,
-            headers,
-        )
+    async def open_stream(self, pool: PoolClient, call: CallSpec) -> OpenStream:
+        """A stream up to its first event."""
+        _, stream = await self._with_retries(pool, call, self._stream_attempt)
         return stream
 
     def failed(self, pool: PoolClient, exc: BaseException) -> GatewayError:
@@ -131,28 +107,27 @@ class PoolCalls:
     async def _with_retries(
         self,
         pool: PoolClient,
-        key: int | None,
-        priority: int,
-        attempt: Callable[[Replica], Awaitable[_T]],
-        kind: Kind,
-        headers: dict[str, str],
+        call: CallSpec,
+        attempt: Callable[[PoolClient, CallSpec, Replica], Awaitable[_T]],
     ) -> tuple[Replica, _T]:
         replicas = pool.replicas
-        replica = await self._acquire(pool, key, priority)
+        replica = await self._acquire(pool, call.key, call.priority)
         tried: list[Replica] = []
         tracing = self._tracing
         while True:
             try:
                 if tracing.enabled:
-                    # One span per attempt; its traceparent goes to this replica in `headers`.
+                    # One span per attempt; its traceparent goes to this replica in `call.headers`.
                     cfg = pool.config
-                    with tracing.attempt(kind, cfg.engine, cfg.model, cfg.name, replica.base, headers):
-                        return replica, await attempt(replica)
-                return replica, await attempt(replica)
+                    with tracing.attempt(
+                        call.kind, cfg.engine, cfg.model, cfg.name, replica.base, call.headers
+                    ):
+                        return replica, await attempt(pool, call, replica)
+                return replica, await attempt(pool, call, replica)
             except _Failed as failed:
                 replicas.release(replica, failed.verdict)
                 tried.append(replica)
-                nxt = self._retry_target(pool, key, tried) if failed.retry else None
+                nxt = self._retry_target(pool, call.key, tried) if failed.retry else None
                 if nxt is None:
                     raise failed.error from None
                 replica = nxt
@@ -175,7 +150,7 @@ class PoolCalls:
     def _failed(self, pool: PoolClient, exc: BaseException) -> _Failed:
         err, kind = classify(exc, pool.config.name)
         self._metrics.upstream_errors.labels(pool.config.name, kind).inc()
-        return _Failed(err, kind in _RETRY_KINDS, "fail")
+        return _Failed(err, kind in RETRY_KINDS, "fail")
 
     def _refused(self, pool: PoolClient, status: int, data: bytes, retry_after: str | None) -> _Failed:
         name = pool.config.name
@@ -184,101 +159,58 @@ class PoolCalls:
         verdict = "fail" if status >= 500 else "neutral" if status == 429 else "ok"
         return _Failed(from_upstream(status, data, name, retry_after), status in RETRY_STATUSES, verdict)
 
-    async def _unary_attempt(
-        self, pool: PoolClient, kind: Kind, payload: bytes, headers: dict[str, str], replica: Replica
-    ) -> bytes:
-        h1 = self._h1
-        if h1 is not None and replica.plain_http:
-            t = pool.config.timeouts
-            try:
-                r = await h1.post(
-                    replica.base, PATHS[kind], payload, headers, connect_s=t.connect_s, total_s=t.total_s
-                )
-                try:
-                    data = await r.read()
-                finally:
-                    r.release()
-            except UPSTREAM_FAILURES as exc:
-                raise self._failed(pool, exc) from None
-            if r.status != 200:
-                raise self._refused(pool, r.status, data, r.header(b"retry-after"))
-            return data
+    async def _unary_attempt(self, pool: PoolClient, call: CallSpec, replica: Replica) -> bytes:
+        transport = self._transports.of(replica)
         try:
-            async with self._session.post(
-                replica.url(PATHS[kind]), data=payload, headers=headers, timeout=pool.timeout
-            ) as resp:
-                data = await resp.read()
-                status = resp.status
-                retry_after = resp.headers.get("retry-after")
+            r = await transport.post(pool, replica, PATHS[call.kind], call.payload, call.headers)
+            try:
+                data = await r.read()
+            finally:
+                r.release()
         except UPSTREAM_FAILURES as exc:
             raise self._failed(pool, exc) from None
-        if status != 200:
-            raise self._refused(pool, status, data, retry_after)
+        if r.status != 200:
+            raise self._refused(pool, r.status, data, r.header(b"retry-after"))
         return data
 
-    async def _stream_attempt(
-        self,
-        pool: PoolClient,
-        kind: Kind,
-        payload: bytes,
-        headers: dict[str, str],
-        strip: tuple[bool, bool],
-        replica: Replica,
-    ) -> OpenStream:
+    async def _stream_attempt(self, pool: PoolClient, call: CallSpec, replica: Replica) -> OpenStream:
         cfg = pool.config
-        splitter = SSESplitter(strip_usage=strip[0], strip_continuous=strip[1])
-        resp: Upstream | None = None
-        h1 = self._h1
+        splitter = SSESplitter(strip_usage=call.strip[0], strip_continuous=call.strip[1])
+        transport = self._transports.of(replica)
+        resp: Reply | None = None
         try:
             try:
                 async with asyncio.timeout(cfg.timeouts.first_token_s):
-                    read: Callable[[], Awaitable[bytes]]
-                    if h1 is not None and replica.plain_http:
-                        t = cfg.timeouts
-                        r = await h1.post(
-                            replica.base,
-                            PATHS[kind],
-                            payload,
-                            headers,
-                            connect_s=t.connect_s,
-                            total_s=t.total_s,
-                        )
-                        resp, read = r, r.readany
-                        if r.status != 200:
-                            raise self._refused(pool, r.status, await r.read(), r.header(b"retry-after"))
-                    else:
-                        a = await self._session.post(
-                            replica.url(PATHS[kind]), data=payload, headers=headers, timeout=pool.timeout
-                        )
-                        resp, read = a, a.content.readany
-                        if a.status != 200:
-                            data = await a.read()
-                            raise self._refused(pool, a.status, data, a.headers.get("retry-after"))
-                    first = b""
-                    while not first:
-                        chunk = await read()
-                        if not chunk:
-                            break
-                        first, _ = splitter.feed(chunk)
+                    resp = await transport.post(pool, replica, PATHS[call.kind], call.payload, call.headers)
+                    if resp.status != 200:
+                        raise self._refused(pool, resp.status, await resp.read(), resp.header(b"retry-after"))
+                    first = await _first_event(resp, splitter)
             except TimeoutError:
                 self._metrics.upstream_errors.labels(cfg.name, "first_token_timeout").inc()
                 # Not retried: another full first-token wait would outlast what the client expects.
-                raise _Failed(
-                    UpstreamTimeoutError(
-                        f"pool '{cfg.name}' sent no token within {cfg.timeouts.first_token_s:g}s"
-                    ),
-                    False,
-                    "fail",
-                ) from None
+                late = UpstreamTimeoutError(
+                    f"pool '{cfg.name}' sent no token within {cfg.timeouts.first_token_s:g}s"
+                )
+                raise _Failed(late, False, "fail") from None
             except UPSTREAM_FAILURES as exc:
                 raise self._failed(pool, exc) from None
             if not first:
                 self._metrics.upstream_errors.labels(cfg.name, "empty_stream").inc()
-                raise _Failed(
-                    UpstreamError(f"pool '{cfg.name}' ended the stream before sending anything"), True, "fail"
-                )
+                err = UpstreamError(f"pool '{cfg.name}' ended the stream before sending anything")
+                raise _Failed(err, True, "fail")
         except BaseException:
             if resp is not None:
                 resp.close()
             raise
-        return OpenStream(replica, resp, read, first, splitter)
+        return OpenStream(replica, resp, resp.readany, first, splitter)
+
+
+async def _first_event(resp: Reply, splitter: SSESplitter) -> bytes:
+    """Read until the splitter has a whole event to relay (b"" if the stream ended first)."""
+    first = b""
+    while not first:
+        chunk = await resp.readany()
+        if not chunk:
+            break
+        first, _ = splitter.feed(chunk)
+    return first

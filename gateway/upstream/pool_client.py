@@ -10,7 +10,6 @@ the pool's config and computes the affinity key only for pools that use it.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import random
 from dataclasses import dataclass
@@ -20,23 +19,15 @@ import aiohttp
 import httpx
 
 from gateway.config import Pool
-from gateway.edge.exchange import Kind
-from gateway.errors import GatewayError, UpstreamError, UpstreamTimeoutError, UpstreamUnavailableError
-from gateway.upstream.h1 import BadResponse, ConnectFailed, Disconnected, H1Client, H1Error
+from gateway.errors import GatewayError
+from gateway.upstream.h1 import H1Client
+from gateway.upstream.h1_response import H1Error
 from gateway.upstream.hosted import replica_paths
 from pools.affinity import prefix_key
 from pools.discovery import Discovery, StaticDiscovery, discovery_for
-from pools.pool import NoCapacity, ReplicaPool
+from pools.pool import ReplicaPool
 from pools.runtime import PoolRuntime
 from pools.scraper import Fetch, httpx_fetch
-
-PATHS = {
-    Kind.CHAT: "/v1/chat/completions",
-    Kind.COMPLETIONS: "/v1/completions",
-    Kind.EMBEDDINGS: "/v1/embeddings",
-}
-# A replica that answers these before the first byte may be retried on another replica.
-RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 
 
 def new_session(pool_size: int) -> aiohttp.ClientSession:
@@ -136,33 +127,3 @@ def metrics_fetch(h1: H1Client | None, control: httpx.AsyncClient) -> Fetch:
         return data.decode("utf-8", "replace") if resp.status == 200 else None
 
     return fetch
-
-
-def no_capacity(exc: NoCapacity) -> GatewayError:
-    """A pool that could not place a request in time: a retryable 503, never a 404."""
-    return UpstreamUnavailableError(str(exc), headers={"retry-after": str(exc.retry_after)})
-
-
-def classify(exc: BaseException, pool: str) -> tuple[GatewayError, str]:
-    """(error for the caller, metric kind) for a failure of the upstream client."""
-    if isinstance(exc, ConnectFailed):
-        return UpstreamUnavailableError(f"pool '{pool}' is unreachable: {exc}"), "connect"
-    if isinstance(exc, Disconnected):
-        return UpstreamError(
-            f"pool '{pool}' closed the connection before the answer was complete"
-        ), "disconnect"
-    if isinstance(exc, BadResponse):
-        return UpstreamError(f"pool '{pool}' sent a malformed HTTP response"), "client_error"
-    if isinstance(exc, aiohttp.ClientConnectorError):
-        return UpstreamUnavailableError(
-            f"pool '{pool}' is unreachable: {exc.os_error.strerror or exc}"
-        ), "connect"
-    if isinstance(exc, asyncio.TimeoutError | aiohttp.ServerTimeoutError):
-        return UpstreamTimeoutError(f"pool '{pool}' did not answer in time"), "timeout"
-    if isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientPayloadError):
-        return UpstreamError(
-            f"pool '{pool}' closed the connection before the answer was complete"
-        ), "disconnect"
-    if isinstance(exc, aiohttp.ClientError | OSError):
-        return UpstreamError(f"pool '{pool}' request failed: {type(exc).__name__}"), "client_error"
-    raise exc

@@ -8,7 +8,7 @@ import logging
 import orjson
 import pytest
 
-from gateway.edge.exchange import Exchange
+from gateway.edge.exchange import Exchange, Kind
 from gateway.observability.redact import redact
 from gateway.observability.request_log import RequestLog, prompt_text, response_text
 from ratelimit.model import Tenant
@@ -46,8 +46,10 @@ def test_log_line_has_ids_and_redacted_text(caplog: pytest.LogCaptureFixture) ->
     req.capture.append(b"data: [DONE]\n\n")
     req.usage_in, req.usage_out, req.ttft = 5, 7, 0.0123
     tenant = Tenant(key_id="k1", app="web", org="acme", tier="standard")
+    req.rid, req.kind, req.model, req.pool, req.tenant = b"req-1", Kind.CHAT, "m", "small", tenant
+    req.status, req.stream, req.e2e = 200, True, 0.5
     with caplog.at_level(logging.INFO, logger="test.requests"):
-        log.write(b"req-1", "chat", "m", "small", tenant, 200, True, 0.5, req, 0.001, True)
+        log.write(req, 0.001, True)
     [line] = [r.getMessage() for r in caplog.records]
     rec = orjson.loads(line)
     assert rec["request_id"] == "req-1" and rec["org"] == "acme" and rec["key_id"] == "k1"

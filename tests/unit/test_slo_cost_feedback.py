@@ -8,7 +8,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from gateway.config import parse_policy
-from gateway.edge.exchange import Exchange
+from gateway.edge.exchange import Exchange, Kind
 from gateway.errors import ConflictError, NotFoundError
 from gateway.observability.feedback import FeedbackRequest, FeedbackStore
 from gateway.observability.goodput import SloTargets, judge
@@ -58,6 +58,24 @@ async def _new_exchange() -> Exchange:
     return Exchange()  # it remembers the running task, so it is made inside a loop
 
 
+def _finish(
+    obs: Observer,
+    rid: bytes,
+    endpoint: str,
+    model: str,
+    pool: str,
+    tenant: Tenant | None,
+    status: int,
+    streamed: bool,
+    e2e: float,
+    req: Exchange,
+) -> None:
+    """End `req` as the relay does: its outcome on the exchange, then `Observer.finish`."""
+    req.rid, req.kind, req.model, req.pool, req.tenant = rid, Kind(endpoint), model, pool, tenant
+    req.status, req.stream, req.e2e = status, streamed, e2e
+    obs.finish(req)
+
+
 def _ex(usage_in: int = 0, usage_out: int = 0, ttft: float | None = None) -> Exchange:
     ex = asyncio.run(_new_exchange())
     ex.usage_in, ex.usage_out, ex.ttft = usage_in, usage_out, ttft
@@ -76,36 +94,36 @@ def _observer() -> tuple[Observer, CollectorRegistry]:
 
 def test_goodput_counts_met_missed_and_skips_client_errors() -> None:
     obs, reg = _observer()
-    obs.finish(b"r1", "chat", "chat", "cheap", _t("acme"), 200, True, 1.0, _ex(10, 10, ttft=0.1))
-    obs.finish(b"r2", "chat", "chat", "cheap", _t("acme"), 200, True, 1.0, _ex(10, 10, ttft=0.9))
-    obs.finish(b"r3", "chat", "chat", "cheap", _t("acme"), 503, True, 0.1, _ex())
-    obs.finish(b"r4", "chat", "chat", "cheap", _t("acme"), 429, True, 0.01, _ex())
-    obs.finish(b"r5", "chat", "chat", "cheap", None, 401, False, 0.01, _ex())
+    _finish(obs, b"r1", "chat", "chat", "cheap", _t("acme"), 200, True, 1.0, _ex(10, 10, ttft=0.1))
+    _finish(obs, b"r2", "chat", "chat", "cheap", _t("acme"), 200, True, 1.0, _ex(10, 10, ttft=0.9))
+    _finish(obs, b"r3", "chat", "chat", "cheap", _t("acme"), 503, True, 0.1, _ex())
+    _finish(obs, b"r4", "chat", "chat", "cheap", _t("acme"), 429, True, 0.01, _ex())
+    _finish(obs, b"r5", "chat", "chat", "cheap", None, 401, False, 0.01, _ex())
     broken = _ex(10, 10, ttft=0.1)
     broken.broken = True
-    obs.finish(b"r6", "chat", "chat", "cheap", _t("acme"), 200, True, 1.0, broken)
+    _finish(obs, b"r6", "chat", "chat", "cheap", _t("acme"), 200, True, 1.0, broken)
     text = generate_latest(reg).decode()
     base = 'model="chat",outcome="{}",pool="cheap",slo_class="interactive"'
     assert metric(text, "llmgw_slo_requests_total", "{" + base.format("met") + "}") == 1
     assert metric(text, "llmgw_slo_requests_total", "{" + base.format("missed") + "}") == 3
     # An alias without a class is never judged.
-    obs.finish(b"r7", "chat", "unpriced", "free", _t("acme"), 200, False, 100.0, _ex(1, 1))
+    _finish(obs, b"r7", "chat", "unpriced", "free", _t("acme"), 200, False, 100.0, _ex(1, 1))
     assert metric(generate_latest(reg).decode(), "llmgw_slo_requests_total") == 4
 
 
 def test_cost_per_org_and_pool_and_per_accepted_output() -> None:
     obs, reg = _observer()
-    obs.finish(
-        b"a", "chat", "chat", "cheap", _t("acme"), 200, False, 0.1, _ex(1_000_000, 500_000)
+    _finish(
+        obs, b"a", "chat", "chat", "cheap", _t("acme"), 200, False, 0.1, _ex(1_000_000, 500_000)
     )  # 1 + 1 USD
-    obs.finish(
-        b"b", "chat", "chat", "cheap", _t("acme"), 502, False, 0.1, _ex(1_000_000, 0)
+    _finish(
+        obs, b"b", "chat", "chat", "cheap", _t("acme"), 502, False, 0.1, _ex(1_000_000, 0)
     )  # 1 USD, not accepted
     cascade = _ex(30, 30)
     cascade.costs = [("cheap", 0.5), ("dear", 1.5)]  # every call of a cascade, each on its pool
-    obs.finish(b"c", "chat", "big", "dear", _t("acme"), 200, False, 0.1, cascade)
-    obs.finish(
-        b"d", "chat", "unpriced", "free", _t("other"), 200, False, 0.1, _ex(99, 99)
+    _finish(obs, b"c", "chat", "big", "dear", _t("acme"), 200, False, 0.1, cascade)
+    _finish(
+        obs, b"d", "chat", "unpriced", "free", _t("other"), 200, False, 0.1, _ex(99, 99)
     )  # no price: no cost
     text = generate_latest(reg).decode()
     assert metric(text, "llmgw_cost_usd_total", 'org="acme",pool="cheap"') == pytest.approx(3.5)
@@ -126,8 +144,8 @@ def test_cost_per_org_and_pool_and_per_accepted_output() -> None:
 
 def test_feedback_only_from_the_requests_org_and_once() -> None:
     obs, _ = _observer()
-    obs.finish(b"req-1", "chat", "chat", "cheap", _t("acme"), 200, False, 0.1, _ex(1, 1))
-    obs.finish(b"req-2", "chat", "chat", "cheap", _t("acme"), 500, False, 0.1, _ex())
+    _finish(obs, b"req-1", "chat", "chat", "cheap", _t("acme"), 200, False, 0.1, _ex(1, 1))
+    _finish(obs, b"req-2", "chat", "chat", "cheap", _t("acme"), 500, False, 0.1, _ex())
     with pytest.raises(NotFoundError):
         obs.feedback.rate("globex", FeedbackRequest(request_id="req-1", accepted=False))
     with pytest.raises(NotFoundError):  # failed answers are not rated
@@ -171,7 +189,7 @@ models:
     assert (price.input_per_mtok, price.output_per_mtok) == pytest.approx((0.2, 2.0))
     metrics = Metrics(policy)
     obs = Observer(policy, metrics)
-    obs.finish(b"g", "chat", "chat", "gpu", _t("acme"), 200, False, 0.1, _ex(1_000_000, 1_000_000))
+    _finish(obs, b"g", "chat", "chat", "gpu", _t("acme"), 200, False, 0.1, _ex(1_000_000, 1_000_000))
     text = generate_latest(metrics.registry).decode()
     assert metric(text, "llmgw_cost_usd_total", 'org="acme",pool="gpu"') == pytest.approx(2.2)
 

@@ -1,0 +1,65 @@
+"""Stage 7, call (unary): one pool call, its answer relayed as the pool's bytes.
+
+The answer is parsed once, for its usage only; the client gets the bytes the pool sent.
+"""
+
+from __future__ import annotations
+
+from time import perf_counter
+
+import orjson
+
+from gateway.edge.exchange import Send
+from gateway.errors import UpstreamError
+from gateway.observability.metrics import Metrics
+from gateway.relay.admit import Admit
+from gateway.relay.cached import JSON_HEADERS
+from gateway.relay.context import RequestContext
+from gateway.routing.route import Route
+from gateway.upstream.calls import CallSpec, PoolCalls
+
+
+class UnaryCall:
+    def __init__(self, calls: PoolCalls, admit: Admit, metrics: Metrics) -> None:
+        self._calls = calls
+        self._admit = admit
+        self._metrics = metrics
+
+    async def __call__(self, ctx: RequestContext, route: Route, call: CallSpec, send: Send) -> None:
+        pool = route.pool
+        overhead = perf_counter() - ctx.t0
+        data = await self._calls.unary(pool, call)
+        ticket = await self._admit.granted(ctx)
+        t_back = perf_counter()
+        try:
+            parsed = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            parsed = None
+        if not isinstance(parsed, dict):
+            self._metrics.upstream_errors.labels(pool.config.name, "malformed").inc()
+            raise UpstreamError(f"pool '{pool.config.name}' returned a malformed response")
+        ctx.record(parsed.get("usage"))
+        count_usage(route, ctx)
+        if ctx.capture is not None:
+            ctx.capture.append(data)
+        ctx.done()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [
+                    *JSON_HEADERS,
+                    (b"content-length", str(len(data)).encode()),
+                    (b"x-request-id", ctx.rid),
+                    *ticket.headers,
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": data, "more_body": False})
+        self._metrics.overhead_of(ctx.kind.value).observe(overhead + perf_counter() - t_back)
+        ctx.status = 200
+
+
+def count_usage(route: Route, ctx: RequestContext) -> None:
+    route.metrics.input_tokens.inc(ctx.usage_in)
+    route.metrics.output_tokens.inc(ctx.usage_out)

@@ -1,0 +1,127 @@
+"""The alias -> route table, and a routed alias's decision for one request.
+
+A direct alias has one `Route` (its settings on its pool). A routed alias (`model: auto`) has one
+Route per tier; `Routes.decide` asks its routing policy for a plan (difficulty off the event loop,
+then a pure plan: `gateway.routing.aliases.RoutedAlias.plan`) and says whether the relay serves it
+itself (route only) or the cascade runner does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from time import perf_counter
+from typing import Any
+
+from gateway.config import Policy
+from gateway.edge.exchange import Kind, RequestHeaders
+from gateway.errors import InvalidRequestError, ModelNotFoundError
+from gateway.observability.metrics import Metrics
+from gateway.routing.aliases import RoutedAlias
+from gateway.routing.route import Route
+from gateway.upstream.pool_client import PoolClient
+from router.plan import Plan
+
+
+@dataclass(frozen=True, slots=True)
+class Decided:
+    """A routed request's plan, with one Route per tier of its alias."""
+
+    alias: RoutedAlias
+    routes: tuple[Route, ...]
+    plan: Plan
+    difficulty: float | None
+    prompt: str  # what the scorers see: the last user turn (as in the offline replay)
+    headers: list[tuple[bytes, bytes]]
+    direct: bool  # route only, served by the relay on the first tier (no runner)
+
+    @property
+    def calls(self) -> int:
+        """Calls the plan may make at most (what admission reserves for)."""
+        return sum(len(s.calls) for s in self.plan.steps) if self.plan.cascade else 1
+
+    @property
+    def first(self) -> Route:
+        return self.routes[self.plan.first_tier]
+
+
+class Routes:
+    def __init__(
+        self,
+        policy: Policy,
+        pools: dict[str, PoolClient],
+        metrics: Metrics,
+        routed: dict[str, RoutedAlias] | None = None,
+    ) -> None:
+        self._metrics = metrics
+        self._direct = {
+            m.name: Route(model=m, pool=pools[m.route.pool], metrics=metrics.by_alias[(m.name, m.route.pool)])
+            for m in policy.models
+            if m.route.pool is not None
+        }
+        # Routed aliases: one Route per tier (the alias's settings on that tier's pool).
+        self._routed = {
+            name: (
+                ra,
+                tuple(Route(model=m, pool=pools[p], metrics=metrics.by_alias[(name, p)]) for p in ra.pools),
+            )
+            for name, ra in (routed or {}).items()
+            for m in policy.models
+            if m.name == name
+        }
+        for name, ra in (routed or {}).items():
+            metrics.router_fallback.labels(name).set(1 if ra.fallback else 0)
+
+    def direct(self, alias: str) -> Route | None:
+        """The route of a direct alias; None for a routed (or unknown) one."""
+        return self._direct.get(alias)
+
+    def any_route(self, alias: str) -> Route:
+        """A route whose settings validate a request for `alias` (a routed alias's first tier)."""
+        route = self._direct.get(alias)
+        return route if route is not None else self._routed[alias][1][0]
+
+    async def decide(self, kind: Kind, alias: str, body: dict[str, Any], h: RequestHeaders) -> Decided:
+        """A routed alias's plan for this request (difficulty off the event loop, then a pure plan)."""
+        entry = self._routed.get(alias)
+        if entry is None:
+            raise ModelNotFoundError(
+                f"the model '{alias}' does not exist or you do not have access to it", param="model"
+            )
+        routed, routes = entry
+        if kind is not Kind.CHAT:
+            raise InvalidRequestError(
+                f"the routed model '{alias}' serves chat completions only", param="model"
+            )
+        budget = _latency_budget(h.latency_budget)
+        risk = [f.strip() for f in h.risk.decode("latin-1").split(",") if f.strip()] if h.risk else []
+        t = perf_counter()
+        stream = bool(body.get("stream"))
+        plan, difficulty, prompt = await routed.plan(body.get("messages"), budget, risk, stream)
+        self._metrics.router_seconds.labels(alias).observe(perf_counter() - t)
+        headers: list[tuple[bytes, bytes]] = []
+        if difficulty is not None:
+            headers.append((b"x-llmgw-difficulty", f"{difficulty:.4f}".encode()))
+        if routed.fallback is not None:
+            headers.append((b"x-llmgw-route", b"fallback"))
+        # The relay itself serves a route-only plan when there is nothing to fail over to, and streams
+        # (their bytes are relayed as they come); everything else goes through the cascade runner,
+        # whose judge also moves a route-only plan to its next tier when a whole pool fails.
+        direct = not plan.cascade and (len(plan.steps) == 1 or stream)
+        if direct:
+            tier = routes[plan.first_tier]
+            headers.append((b"x-llmgw-tier", tier.pool.config.name.encode()))
+            self._metrics.router_decisions.labels(alias, tier.pool.config.name, "false").inc()
+        return Decided(routed, routes, plan, difficulty, prompt, headers, direct)
+
+
+def _latency_budget(value: bytes | None) -> float | None:
+    """x-llmgw-latency-budget-ms as a number of milliseconds (None when absent)."""
+    if value is None:
+        return None
+    try:
+        budget = float(value)
+    except ValueError:
+        budget = -1.0
+    if not budget > 0:
+        raise InvalidRequestError("x-llmgw-latency-budget-ms must be a positive number of milliseconds")
+    return budget
