@@ -56,16 +56,16 @@ BENCH_ARGS ?=
 ## bench-overhead: gateway-added latency, throughput and RSS vs the simulator directly (a report, not a test; ~80 s)
 bench-overhead: $(STAMP)
 	@command -v wrk >/dev/null 2>&1 || echo "note: wrk not found (apt-get install -y wrk); throughput falls back to the Python client"
-	$(BIN)/python -m eval.bench_overhead $(BENCH_ARGS)
+	$(BIN)/python -m eval.bench.overhead $(BENCH_ARGS)
 
 ## bench-observe: CPU the observability hooks add per request (goodput/cost; + request log; + text; + traces), in process
 bench-observe: $(STAMP)
-	$(BIN)/python -m eval.overhead.observe_cost $(BENCH_ARGS)
+	$(BIN)/python -m eval.bench.overhead.observe_cost $(BENCH_ARGS)
 
 ## bench-pools: replica picking on simulator replicas: least_load vs round_robin with one 3x slower replica,
 ## prefix_affinity vs round_robin with 16 shared system prompts (a report, not a test; ~4 min)
 bench-pools: $(STAMP)
-	nice $(BIN)/python -m eval.bench_pools $(BENCH_ARGS)
+	nice $(BIN)/python -m eval.bench.pools $(BENCH_ARGS)
 
 ## router-encoder: (re)export the router's int8 ONNX MiniLM into router/assets/ from the pip-installed weights
 router-encoder: $(STAMP)
@@ -84,11 +84,11 @@ redis-stack: $(REDIS_STACK)
 
 ## bench-cache: exact GET and semantic KNN lookup latency on a local Redis Stack (a report; ~20 s)
 bench-cache: $(STAMP) redis-stack
-	$(BIN)/python -m eval.cache.bench_lookup $(BENCH_ARGS)
+	$(BIN)/python -m eval.bench.cache.bench_lookup $(BENCH_ARGS)
 
-## semantic-threshold: semantic-cache precision/recall per similarity threshold on eval/cache/paraphrases.jsonl
+## semantic-threshold: semantic-cache precision/recall per similarity threshold on eval/bench/cache/paraphrases.jsonl
 semantic-threshold: $(STAMP)
-	HF_HUB_OFFLINE=1 $(BIN)/python -m eval.cache.semantic_eval $(BENCH_ARGS)
+	HF_HUB_OFFLINE=1 $(BIN)/python -m eval.bench.cache.semantic_eval $(BENCH_ARGS)
 
 PEERS_TOOLS := .tools/peers/.installed
 $(PEERS_TOOLS): scripts/install-peers
@@ -102,7 +102,7 @@ peers-tools: $(PEERS_TOOLS)
 ## one pinned core, interleaved rounds -> bench-results/peers-<time>.{json,md} (a report, not a test; ~9 min)
 bench-peers: $(STAMP) peers-tools
 	@command -v wrk >/dev/null 2>&1 || { echo "bench-peers needs wrk (apt-get install -y wrk)"; exit 1; }
-	$(BIN)/python -m eval.peers $(BENCH_ARGS)
+	$(BIN)/python -m eval.bench.peers $(BENCH_ARGS)
 
 ## bench-knee: goodput knee of the `make run` stack (gateway + two simulated pools, premium key),
 ## eval/workloads/two-pools.yaml; needs ports 8001, 8002, 8080 free (a report; ~3 min)
@@ -118,7 +118,7 @@ bench-capacity: $(STAMP)
 ## < 5 % growth after minute 1 and <= 300 MB per worker -> bench-results/soak-<time>.{json,png} (~11 min)
 bench-soak: $(STAMP)
 	@command -v wrk >/dev/null 2>&1 || { echo "bench-soak needs wrk (apt-get install -y wrk)"; exit 1; }
-	$(BIN)/python -m eval.peers.soak $(BENCH_ARGS)
+	$(BIN)/python -m eval.bench.peers.soak $(BENCH_ARGS)
 
 K8S_TOOLS := .tools/bin/.installed
 $(K8S_TOOLS): scripts/install-k8s-tools

@@ -2,7 +2,7 @@
 
 The gateway's semantic cache embeds a prompt once (the router's encoder, reused), asks the index for
 the most similar earlier prompt *in the same scope* and serves that prompt's stored reply when the
-cosine similarity clears the configured threshold (eval/cache/semantic_eval.py measures which). The
+cosine similarity clears the configured threshold (eval/bench/cache/semantic_eval.py measures which). The
 scope is an opaque byte string the caller derives from tenant + model + system prompt: an entry is
 only ever compared with queries of its own scope, so one tenant's answer is never served to another
 (design §6).
@@ -17,7 +17,7 @@ Two backends, one contract (`VectorIndex`):
   entries. The entry id is a hash of scope + vector: the same prompt cached twice (two replicas
   missing at once) overwrites one key instead of piling up duplicates.
   Index choice, FLAT rather than HNSW: the scope pre-filter leaves a few hundred candidates, which
-  RediSearch ranks by brute force either way. Measured (`python -m eval.cache.bench_lookup`, 10,000
+  RediSearch ranks by brute force either way. Measured (`python -m eval.bench.cache.bench_lookup`, 10,000
   entries over 100 scopes, dim 384, 5,000 queries): P50 0.11-0.17 ms and P99 0.6-1.2 ms sequential,
   P99 1.1-2.5 ms at concurrency 8, for both, the differences between them smaller than between runs;
   even 10,000 entries in ONE scope gave both ~1 ms P50. FLAT is exact, needs no tuning and has no

@@ -1,6 +1,6 @@
 """The pure parts of the overhead benchmark: statistics, parsing, target evaluation, rendering.
 
-No timing is asserted here: the benchmark (eval/overhead/) is a measuring command.
+No timing is asserted here: the benchmark (eval/bench/overhead/) is a measuring command.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from eval.overhead.client import _ClientConn, count_sse_events, raw_request, request_body
-from eval.overhead.limiter import (
+from eval.bench.overhead.client import _ClientConn, count_sse_events, raw_request, request_body
+from eval.bench.overhead.limiter import (
     backend_phases,
     compare_latency,
     histogram_delta,
@@ -20,9 +20,9 @@ from eval.overhead.limiter import (
     summarize_histogram,
     write_limiter_policy,
 )
-from eval.overhead.measure import CoreUse, Endpoints, Side, rotated
-from eval.overhead.procs import write_policy
-from eval.overhead.report import (
+from eval.bench.overhead.measure import CoreUse, Endpoints, Side, rotated
+from eval.bench.overhead.procs import write_policy
+from eval.bench.overhead.report import (
     TARGETS,
     Target,
     evaluate_targets,
@@ -31,7 +31,7 @@ from eval.overhead.report import (
     render_limiter,
     summarize_ns,
 )
-from eval.overhead.wrk import parse_wrk, wrk_script
+from eval.bench.overhead.wrk import parse_wrk, wrk_script
 from gateway.config import load_policy
 from gateway.tenancy.keys import generate_key, hash_key
 

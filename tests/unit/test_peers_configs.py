@@ -1,5 +1,5 @@
-"""What the peer benchmark starts each gateway with (eval/peers/configs.py), the wrk script of the routed
-side, and the floor relay (eval/peers/floor.py) relaying unary and SSE bodies in-process."""
+"""What the peer benchmark starts each gateway with (eval/bench/peers/configs.py), the wrk script of the
+routed side, and the floor relay (eval/bench/peers/floor.py) relaying unary and SSE bodies in-process."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import pytest
 import yaml
 from aiohttp import web
 
-from eval.overhead.wrk import wrk_script
-from eval.peers.configs import (
+from eval.bench.overhead.wrk import wrk_script
+from eval.bench.peers.configs import (
     litellm_config,
     litellm_master_key,
     ours_policy,
@@ -23,9 +23,9 @@ from eval.peers.configs import (
     quiet_log_config,
     request_body,
 )
-from eval.peers.floor import create_app
-from eval.peers.measure import unique_prompts
-from eval.peers.sides import Side
+from eval.bench.peers.floor import create_app
+from eval.bench.peers.measure import unique_prompts
+from eval.bench.peers.sides import Side
 from gateway.config import parse_policy
 from gateway.tenancy.keys import generate_key, hash_key
 
@@ -170,7 +170,7 @@ def test_the_floor_relays_unary_and_sse_bodies() -> None:
 
 @pytest.mark.parametrize("name", ["litellm", "portkey"])
 def test_missing_peers_are_named(name: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    import eval.peers.sides as sides
+    import eval.bench.peers.sides as sides
 
     monkeypatch.setattr(sides, "LITELLM_BIN", tmp_path / "nope")
     monkeypatch.setattr(sides, "PORTKEY_JS", tmp_path / "nope.js")

@@ -1,4 +1,4 @@
-"""The pure parts of the memory soak (eval/peers/soak.py): /proc parsing, requests by time, growth,
+"""The pure parts of the memory soak (eval/bench/peers/soak.py): /proc parsing, requests by time, growth,
 the leak slope and the verdict against issue 9's targets (< 5 % growth, <= 300 MB)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from eval.peers.soak import (
+from eval.bench.peers.soak import (
     Chunk,
     growth_pct,
     parse_smaps_rollup,

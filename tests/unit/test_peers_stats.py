@@ -1,4 +1,4 @@
-"""The pure math of the peer benchmark (eval/peers/stats.py, report.py): added latency inside a round,
+"""The pure math of the peer benchmark (eval/bench/peers/stats.py, report.py): added latency inside a round,
 medians over rounds, ratios, targets and the Markdown tables. No timing is measured here."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from eval.peers.report import figures_table, fmt, ratios_table, render_markdown, targets_table
-from eval.peers.stats import TARGETS, evaluate, median, per_round, ratio, ratios, summarize
+from eval.bench.peers.report import figures_table, fmt, ratios_table, render_markdown, targets_table
+from eval.bench.peers.stats import TARGETS, evaluate, median, per_round, ratio, ratios, summarize
 
 
 def _round(direct_p50: float, ours_p50: float, ours_rps: float, litellm_rps: float) -> dict[str, Any]:

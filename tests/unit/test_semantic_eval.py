@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from eval.cache.semantic_eval import DEFAULT_DATA, Pair, fixed_report, load_pairs, pair_cosines, report
-from eval.cache.threshold import Metrics, cross_validate, grid, metrics_at, pick_threshold
+from eval.bench.cache.semantic_eval import DEFAULT_DATA, Pair, fixed_report, load_pairs, pair_cosines, report
+from eval.bench.cache.threshold import Metrics, cross_validate, grid, metrics_at, pick_threshold
 
 
 def test_pair_cosines_normalize_whatever_the_encoder_returns() -> None:

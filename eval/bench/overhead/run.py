@@ -17,18 +17,18 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from eval.overhead.client import MODEL, ROOT, STREAM_TOKENS, request_body, run_async
-from eval.overhead.limiter import (
+from eval.bench.overhead.client import MODEL, ROOT, STREAM_TOKENS, request_body, run_async
+from eval.bench.overhead.limiter import (
     backend_phases,
     compare_latency,
     redis_args,
     scrape_histogram,
     write_limiter_policy,
 )
-from eval.overhead.measure import Endpoints, Options, Side, measure_latency, measure_throughput
-from eval.overhead.procs import free_port, proc_status, spawned, tail, write_policy
-from eval.overhead.report import evaluate_targets, render
-from eval.overhead.static_upstream import serve_static
+from eval.bench.overhead.measure import Endpoints, Options, Side, measure_latency, measure_throughput
+from eval.bench.overhead.procs import free_port, proc_status, spawned, tail, write_policy
+from eval.bench.overhead.report import evaluate_targets, render
+from eval.bench.overhead.static_upstream import serve_static
 from gateway.tenancy.keys import generate_key, hash_key
 
 
@@ -82,7 +82,7 @@ def _start(
         up_args = [sys.executable, "-m", "gateway", "sim", "--host", "127.0.0.1", "--port", str(up_port)]
         up_args += ["--served-model-name", MODEL, "--profile", "instant"]
     else:
-        up_args = [sys.executable, "-m", "eval.overhead", "--serve-static", str(up_port)]
+        up_args = [sys.executable, "-m", "eval.bench.overhead", "--serve-static", str(up_port)]
     policy = work / "policy.yaml"
     write_policy(policy, up_port)
     progress(f"starting {opts.upstream} upstream on :{up_port} and the spine gateway on :{gw_port}")
@@ -113,7 +113,7 @@ def _start(
         progress(f"starting the static upstream on :{lim_up_port} and the limiter's spine on :{spine_port}")
         lim_up = stack.enter_context(
             spawned(
-                [sys.executable, "-m", "eval.overhead", "--serve-static", str(lim_up_port)],
+                [sys.executable, "-m", "eval.bench.overhead", "--serve-static", str(lim_up_port)],
                 opts.load_cpu,
                 f"http://127.0.0.1:{lim_up_port}/health",
                 work / "upstream-static.log",
@@ -275,7 +275,7 @@ def _cpus(gateway_cpu: int, load_cpu: int) -> tuple[int | None, int | None]:
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(
-        prog="python -m eval.bench_overhead",
+        prog="python -m eval.bench.overhead",
         description="Measure the latency, throughput and memory the gateway adds to its upstream.",
     )
     p.add_argument(
@@ -350,7 +350,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         speculative=args.speculative,
         limiter_upstream=args.limiter_upstream,
     )
-    report = run_benchmark(opts, ["python", "-m", "eval.bench_overhead", *args_list])
+    report = run_benchmark(opts, ["python", "-m", "eval.bench.overhead", *args_list])
     print(render(report))
     opts.out.parent.mkdir(parents=True, exist_ok=True)
     opts.out.write_text(json.dumps(report, indent=2) + "\n")

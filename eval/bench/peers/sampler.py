@@ -1,6 +1,6 @@
 """Closed-loop latency batches that also time the first SSE event (TTFT), on the overhead client.
 
-The raw keep-alive client of eval/overhead/client.py is reused as is; a subclass notes when the first
+The raw keep-alive client of eval/bench/overhead/client.py is reused as is; a subclass notes when the first
 `data:` bytes of a response arrive. A batch runs for a fixed time rather than a fixed count, so the
 slowest peer (LiteLLM, ~100x slower than the floor) does not stretch a round to minutes; its cells
 simply hold fewer samples.
@@ -15,8 +15,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from eval.overhead.client import HTTPError, _ClientConn, count_sse_events
-from eval.overhead.report import percentile, summarize_ns
+from eval.bench.overhead.client import HTTPError, _ClientConn, count_sse_events
+from eval.bench.overhead.report import percentile, summarize_ns
 
 REQUEST_TIMEOUT_S = 30.0
 

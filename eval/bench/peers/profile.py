@@ -1,4 +1,4 @@
-"""Where our gateway's time goes under load: `python -m eval.peers.profile [--mode unary|stream]`.
+"""Where our gateway's time goes under load: `python -m eval.bench.peers.profile [--mode unary|stream]`.
 
 Starts the static upstream and Redis on the load core, and our gateway (auth + Redis limiter + metrics,
 the `ours` side of the peer benchmark) under cProfile on the gateway core; drives it with wrk at
@@ -23,11 +23,11 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from eval.overhead.limiter import redis_args
-from eval.overhead.procs import free_port
-from eval.overhead.wrk import run_wrk, wrk_script
-from eval.peers.configs import ours_policy, request_body
-from eval.peers.sides import started
+from eval.bench.overhead.limiter import redis_args
+from eval.bench.overhead.procs import free_port
+from eval.bench.overhead.wrk import run_wrk, wrk_script
+from eval.bench.peers.configs import ours_policy, request_body
+from eval.bench.peers.sides import started
 from gateway.tenancy.keys import generate_key, hash_key
 
 # The gateway under cProfile, started in-process; SIGUSR2 restarts the profile, SIGUSR1 writes it.
@@ -56,7 +56,7 @@ def profile(mode: str, seconds: float, top: int, gateway_cpu: int, load_cpu: int
     with tempfile.TemporaryDirectory(prefix="peers-profile-") as tmp, contextlib.ExitStack() as stack:
         work = Path(tmp)
         up_port, redis_port, gw_port = free_port(), free_port(), free_port()
-        up = [sys.executable, "-m", "eval.overhead", "--serve-static", str(up_port)]
+        up = [sys.executable, "-m", "eval.bench.overhead", "--serve-static", str(up_port)]
         stack.enter_context(started(up, load_cpu, f"http://127.0.0.1:{up_port}/health", work / "up.log"))
         redis_url = f"redis://127.0.0.1:{redis_port}/0"
         server = shutil.which("redis-server") or "/usr/bin/redis-server"
@@ -117,7 +117,9 @@ def by_package(stats: pstats.Stats, top: int = 25) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m eval.peers.profile", description=__doc__.split("\n", 1)[0])
+    p = argparse.ArgumentParser(
+        prog="python -m eval.bench.peers.profile", description=__doc__.split("\n", 1)[0]
+    )
     p.add_argument("--mode", choices=("unary", "stream"), default="unary")
     p.add_argument("--seconds", type=float, default=5.0, help="seconds of load (default 5)")
     p.add_argument("--top", type=int, default=30, help="functions listed per ordering (default 30)")

@@ -19,10 +19,10 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from eval.overhead.client import MODEL, ROOT, raw_request
-from eval.overhead.limiter import redis_args
-from eval.overhead.procs import free_port, tail, wait_http, wait_redis
-from eval.peers.configs import (
+from eval.bench.overhead.client import MODEL, ROOT, raw_request
+from eval.bench.overhead.limiter import redis_args
+from eval.bench.overhead.procs import free_port, tail, wait_http, wait_redis
+from eval.bench.peers.configs import (
     ROUTED_MODEL,
     litellm_config,
     litellm_master_key,
@@ -108,7 +108,7 @@ def start_all(
 ) -> list[Side]:
     """The upstream (`direct`) first, then each named gateway in `names` order."""
     up_port = free_port()
-    up_args = [sys.executable, "-m", "eval.overhead", "--serve-static", str(up_port)]
+    up_args = [sys.executable, "-m", "eval.bench.overhead", "--serve-static", str(up_port)]
     up = stack.enter_context(
         started(up_args, load_cpu, f"http://127.0.0.1:{up_port}/health", work / "upstream.log")
     )
@@ -167,7 +167,7 @@ def start_all(
                 "-m",
                 "uvicorn",
                 "--factory",
-                "eval.peers.floor:create_app",
+                "eval.bench.peers.floor:create_app",
                 "--port",
                 str(port),
             ]

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from eval.overhead.client import CHAT_PATH
+from eval.bench.overhead.client import CHAT_PATH
 
 _WRK_LUA = """\
 wrk.method = "POST"

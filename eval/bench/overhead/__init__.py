@@ -1,6 +1,6 @@
 """Gateway-overhead benchmark: the latency, throughput and memory the gateway adds to its upstream.
 
-`python -m eval.overhead` (or `python -m eval.bench_overhead`, `make bench-overhead`) starts an upstream
+`python -m eval.bench.overhead` (`make bench-overhead`) starts an upstream
 (the simulator with the `instant` profile, or the canned static server of `static_upstream`) and a gateway
 worker pinned on its own core, then measures the same request sent directly to the upstream and through
 the gateway (docs/design/003):

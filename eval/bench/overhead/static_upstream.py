@@ -14,7 +14,7 @@ import socket
 from collections.abc import Sequence
 from typing import Any, cast
 
-from eval.overhead.client import MODEL, STREAM_TOKENS
+from eval.bench.overhead.client import MODEL, STREAM_TOKENS
 
 
 def _canned() -> tuple[bytes, list[bytes], bytes]:

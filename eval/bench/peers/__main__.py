@@ -1,5 +1,5 @@
 from __future__ import annotations
 
-from eval.peers.run import main
+from eval.bench.peers.run import main
 
 raise SystemExit(main())

@@ -1,6 +1,6 @@
 """Compare replica-picking strategies on simulator replicas and print the issue-5 figures.
 
-    python -m eval.bench_pools [--scenario slow-replica|shared-prefix|all] [--duration S]
+    python -m eval.bench.pools [--scenario slow-replica|shared-prefix|all] [--duration S]
 
 Each run starts fresh simulators and a gateway (caches cold, queues empty), offers the same
 open-loop arrivals to each strategy, and reads prefix-cache and per-replica request counters from
@@ -18,8 +18,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from eval.bench_pools.load import percentile
-from eval.bench_pools.scenarios import RunResult, Scenario, run, shared_prefix, slow_replica
+from eval.bench.pools.load import percentile
+from eval.bench.pools.scenarios import RunResult, Scenario, run, shared_prefix, slow_replica
 
 
 def summary(r: RunResult) -> dict[str, Any]:
@@ -58,7 +58,7 @@ def compare(sc: Scenario, strategies: tuple[str, str], work: Path, warmup: float
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m eval.bench_pools", description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m eval.bench.pools", description=__doc__.split("\n")[0])
     ap.add_argument("--scenario", choices=["slow-replica", "shared-prefix", "all"], default="all")
     ap.add_argument("--duration", type=float, default=40.0, help="seconds of offered load per run")
     ap.add_argument(

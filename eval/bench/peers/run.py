@@ -1,4 +1,4 @@
-"""Orchestration and CLI of `make bench-peers` (`python -m eval.peers`)."""
+"""Orchestration and CLI of `make bench-peers` (`python -m eval.bench.peers`)."""
 
 from __future__ import annotations
 
@@ -16,12 +16,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from eval.overhead.client import ROOT, run_async
-from eval.overhead.run import environment
-from eval.peers.measure import Plan, measure_rounds
-from eval.peers.report import render_markdown
-from eval.peers.sides import GATEWAYS, LITELLM_BIN, PEERS_DIR, dump_logs, missing_peers, start_all
-from eval.peers.stats import evaluate, ratios, summarize
+from eval.bench.overhead.client import ROOT, run_async
+from eval.bench.overhead.run import environment
+from eval.bench.peers.measure import Plan, measure_rounds
+from eval.bench.peers.report import render_markdown
+from eval.bench.peers.sides import GATEWAYS, LITELLM_BIN, PEERS_DIR, dump_logs, missing_peers, start_all
+from eval.bench.peers.stats import evaluate, ratios, summarize
 
 
 def _versions() -> dict[str, str]:
@@ -98,7 +98,7 @@ def run_benchmark(gateways: Sequence[str], plan: Plan, argv: Sequence[str]) -> d
         "command": list(argv),
         "config": {
             "gateways": list(gateways),
-            "upstream": "static (eval/overhead/static_upstream.py: canned answer, 8 SSE token events)",
+            "upstream": "static (eval/bench/overhead/static_upstream.py: canned answer, 8 SSE token events)",
             "rounds": plan.rounds,
             "latency_concurrency": list(plan.latency_concurrency),
             "latency_seconds": plan.latency_seconds,
@@ -120,7 +120,7 @@ def run_benchmark(gateways: Sequence[str], plan: Plan, argv: Sequence[str]) -> d
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(
-        prog="python -m eval.peers",
+        prog="python -m eval.bench.peers",
         description="Gateway-added latency and throughput of ours next to LiteLLM, Portkey and a bare relay.",
     )
     p.add_argument(
@@ -164,7 +164,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         gateway_cpu=gw_cpu,
         load_cpu=load_cpu,
     )
-    report = run_benchmark(gateways, plan, ["python", "-m", "eval.peers", *args_list])
+    report = run_benchmark(gateways, plan, ["python", "-m", "eval.bench.peers", *args_list])
     markdown = render_markdown(report)
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     args.out_dir.mkdir(parents=True, exist_ok=True)

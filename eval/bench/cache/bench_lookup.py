@@ -1,6 +1,7 @@
 """Lookup latency of the caches against a real Redis: the semantic KNN query and the exact GET.
 
-    python -m eval.cache.bench_lookup [--entries 10000] [--scopes 100] [--queries 5000] [--algo FLAT HNSW]
+    python -m eval.bench.cache.bench_lookup [--entries 10000] [--scopes 100] [--queries 5000] \
+        [--algo FLAT HNSW]
     make bench-cache
 
 Starts its own Redis 7.4 + RediSearch (.tools/bin/redis-stack-server, from scripts/install-redis-stack)
@@ -35,7 +36,7 @@ import numpy as np
 from cache.semantic import RedisVectorIndex, Vector
 from ratelimit.resp import RespClient
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 WRAPPER = ROOT / ".tools" / "bin" / "redis-stack-server"
 DIM = 384
 MIN_SIMILARITY = 0.9
@@ -210,7 +211,7 @@ def print_result(result: dict[str, Any]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m eval.cache.bench_lookup", description=__doc__.split("\n")[0]
+        prog="python -m eval.bench.cache.bench_lookup", description=__doc__.split("\n")[0]
     )
     parser.add_argument("--entries", type=int, default=10_000)
     parser.add_argument("--scopes", type=int, default=100)

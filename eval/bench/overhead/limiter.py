@@ -14,7 +14,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from eval.overhead.procs import pool_and_model_yaml
+from eval.bench.overhead.procs import pool_and_model_yaml
 
 BACKEND_HISTOGRAM = "llmgw_ratelimit_backend_seconds"
 

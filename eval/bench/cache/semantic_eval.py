@@ -1,8 +1,9 @@
 """Which threshold the semantic cache should ship, measured on hand-written prompt pairs: cosine alone
 and cosine AND the lexical verifier (cache.verify.same_question).
 
-    python -m eval.cache.semantic_eval [--data eval/cache/paraphrases.jsonl ...] [--max-tokens 128]
-    python -m eval.cache.semantic_eval --data other.jsonl --threshold 0.80   # a fixed threshold, no picking
+    python -m eval.bench.cache.semantic_eval [--data eval/bench/cache/paraphrases.jsonl ...] \
+        [--max-tokens 128]
+    python -m eval.bench.cache.semantic_eval --data other.jsonl --threshold 0.80  # fixed, no picking
 
 `paraphrases.jsonl`: one pair per line, {"a", "b", "paraphrase": bool, "kind"}. Paraphrases ask the
 same thing in other words (support, coding, general knowledge, math, product questions, a few longer
@@ -43,7 +44,7 @@ from typing import Any
 import numpy as np
 
 from cache.verify import why_different
-from eval.cache.threshold import Bools, Floats, cross_validate, grid, metrics_at, pick_threshold, sweep
+from eval.bench.cache.threshold import Bools, Floats, cross_validate, grid, metrics_at, pick_threshold, sweep
 
 DEFAULT_DATA = Path(__file__).resolve().parent / "paraphrases.jsonl"
 
@@ -316,7 +317,7 @@ def print_fixed(result: dict[str, Any]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m eval.cache.semantic_eval", description=__doc__.split("\n")[0]
+        prog="python -m eval.bench.cache.semantic_eval", description=__doc__.split("\n")[0]
     )
     parser.add_argument("--data", type=Path, nargs="+", default=[DEFAULT_DATA], help="pooled when several")
     parser.add_argument("--max-tokens", type=int, default=128)

@@ -14,7 +14,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from eval.overhead.client import MODEL, ROOT
+from eval.bench.overhead.client import MODEL, ROOT
 
 
 def free_port() -> int:

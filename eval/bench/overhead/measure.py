@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from eval.overhead.client import (
+from eval.bench.overhead.client import (
     Sample,
     close_all,
     open_conns,
@@ -26,9 +26,9 @@ from eval.overhead.client import (
     run_batch,
     run_for,
 )
-from eval.overhead.procs import CpuProbe, cpu_times
-from eval.overhead.report import UPSTREAM_BOUND_RATIO, summarize_ns
-from eval.overhead.wrk import run_wrk, wrk_script
+from eval.bench.overhead.procs import CpuProbe, cpu_times
+from eval.bench.overhead.report import UPSTREAM_BOUND_RATIO, summarize_ns
+from eval.bench.overhead.wrk import run_wrk, wrk_script
 
 
 @dataclass(frozen=True, slots=True)

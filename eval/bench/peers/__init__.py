@@ -1,5 +1,5 @@
-"""Peer benchmark (`make bench-peers`, `python -m eval.peers`): our gateway next to LiteLLM proxy, Portkey's
-gateway and a bare Python relay (the floor), on the same upstream and the same pinned core.
+"""Peer benchmark (`make bench-peers`, `python -m eval.bench.peers`): our gateway next to LiteLLM proxy,
+Portkey's gateway and a bare Python relay (the floor), on the same upstream and the same pinned core.
 
 Sides: the static upstream directly (the reference), ours with auth + Redis limiter + metrics, ours with
 routing on (`model: auto`), LiteLLM 1.108.7, Portkey 1.15.2 on Node, and the floor (`floor`: uvicorn +

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from eval.overhead.procs import CpuProbe
-from eval.overhead.wrk import run_wrk, wrk_script
-from eval.peers.sampler import timed_batch
-from eval.peers.sides import Side
+from eval.bench.overhead.procs import CpuProbe
+from eval.bench.overhead.wrk import run_wrk, wrk_script
+from eval.bench.peers.sampler import timed_batch
+from eval.bench.peers.sides import Side
 
 MODES = ("unary", "stream")
 

@@ -1,4 +1,5 @@
-"""`python -m eval.overhead.observe_cost` (`make bench-observe`): CPU the observability hooks add per request.
+"""`python -m eval.bench.overhead.observe_cost` (`make bench-observe`): the CPU the observability hooks
+add per request.
 
 Runs the per-request hooks the relay calls (`Observer.start`, the `auth` / `rate_limit` child-span
 sites, `Observer.begin`, `Observer.finish`: SLO verdict, cost, accepted output, feedback memory, and
@@ -115,7 +116,7 @@ async def _main(n: int, repeats: int) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m eval.overhead.observe_cost", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m eval.bench.overhead.observe_cost", description=__doc__)
     p.add_argument("--requests", type=int, default=20000, help="requests per repeat (traces: a quarter)")
     p.add_argument("--repeats", type=int, default=5)
     args = p.parse_args(argv)

@@ -13,8 +13,8 @@ import json
 import secrets
 import string
 
-from eval.overhead.client import MODEL
-from eval.overhead.limiter import UNREACHABLE_LIMITS, unreachable_limits
+from eval.bench.overhead.client import MODEL
+from eval.bench.overhead.limiter import UNREACHABLE_LIMITS, unreachable_limits
 
 ROUTED_MODEL = "auto"
 
@@ -109,7 +109,7 @@ PROMPT = "Say hello to the benchmark."
 
 def request_body(model: str, stream: bool, tag: str = "") -> bytes:
     """The measured request: a short chat turn, 8 tokens asked for (the static upstream always answers
-    8). Unlike eval/overhead's body it carries no vLLM extension (`ignore_eos`): a peer that validates
+    8). Unlike eval/bench/overhead's body it carries no vLLM extension (`ignore_eos`): a peer that validates
     parameters must not be measured on an error path. `tag` makes the prompt unique (see `Side.unique`)."""
     body: dict[str, object] = {
         "model": model,

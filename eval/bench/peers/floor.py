@@ -1,6 +1,6 @@
 """The floor: the least a Python relay can do, as a bare ASGI app (no framework, no parsing, no auth).
 
-`uvicorn --factory eval.peers.floor:create_app` with `FLOOR_UPSTREAM=http://127.0.0.1:PORT`: every POST
+`uvicorn --factory eval.bench.peers.floor:create_app` with `FLOOR_UPSTREAM=http://127.0.0.1:PORT`: every POST
 is forwarded to the same path upstream through one pooled aiohttp session; a unary answer is read whole
 and sent with its length, an SSE answer is relayed chunk by chunk as the bytes arrive. Whatever our
 gateway adds over this figure is the cost of its features, not of Python, uvicorn or aiohttp.

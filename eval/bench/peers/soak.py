@@ -30,11 +30,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from eval.overhead.client import ROOT
-from eval.overhead.run import environment
-from eval.overhead.wrk import run_wrk, wrk_script
-from eval.peers.measure import unique_prompts
-from eval.peers.sides import Side, dump_logs, start_all
+from eval.bench.overhead.client import ROOT
+from eval.bench.overhead.run import environment
+from eval.bench.overhead.wrk import run_wrk, wrk_script
+from eval.bench.peers.measure import unique_prompts
+from eval.bench.peers.sides import Side, dump_logs, start_all
 
 GROWTH_TARGET_PCT = 5.0
 RSS_TARGET_MB = 300.0
@@ -375,7 +375,7 @@ def render_table(report: dict[str, Any]) -> str:
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(
-        prog="python -m eval.peers.soak",
+        prog="python -m eval.bench.peers.soak",
         description="Gateway RSS under max sustained load (issue 9: < 5 % growth, <= 300 MB per worker).",
     )
     p.add_argument("--minutes", type=float, default=10.0, help="minutes of load per side (default 10)")
@@ -414,15 +414,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         "schema": 1,
         "started_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "wall_seconds": round(time.monotonic() - started_at, 1),
-        "command": ["python", "-m", "eval.peers.soak", *args_list],
+        "command": ["python", "-m", "eval.bench.peers.soak", *args_list],
         "config": {
             "minutes": args.minutes,
             "concurrency": CONCURRENCY,
             "load": f"wrk -t1 -c{CONCURRENCY}, alternating unary/stream runs of {args.chunk_seconds:g} s",
             "sample_seconds": args.sample_seconds,
             "warmup_seconds": args.warmup_seconds,
-            "gateway": "ours: auth + Redis limiter + metrics, 1 worker (eval/peers/configs.py ours_policy)",
-            "upstream": "static (eval/overhead/static_upstream.py)",
+            "gateway": "ours: auth + Redis limiter + metrics, 1 worker"
+            " (eval/bench/peers/configs.py ours_policy)",
+            "upstream": "static (eval/bench/overhead/static_upstream.py)",
             "gateway_cpu": cpus[0],
             "load_cpu": cpus[1],
         },

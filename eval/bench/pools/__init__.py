@@ -1,0 +1,1 @@
+"""`python -m eval.bench.pools`: replica picking strategies compared on simulator replicas."""

@@ -1,1 +1,0 @@
-"""`python -m eval.bench_pools`: replica picking strategies compared on simulator replicas."""
