@@ -21,7 +21,7 @@ from eval.bench.overhead.limiter import (
     write_limiter_policy,
 )
 from eval.bench.overhead.measure import CoreUse, Endpoints, Side, rotated
-from eval.bench.overhead.procs import write_policy
+from eval.bench.overhead.policy import write_policy
 from eval.bench.overhead.report import (
     TARGETS,
     Target,

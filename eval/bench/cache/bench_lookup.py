@@ -19,61 +19,43 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import functools
 import json
 import os
-import socket
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from cache.semantic import RedisVectorIndex, Vector
+from eval.bench.procs import ROOT, free_port, redis_args, spawned
 from ratelimit.resp import RespClient
 
-ROOT = Path(__file__).resolve().parents[3]
 WRAPPER = ROOT / ".tools" / "bin" / "redis-stack-server"
 DIM = 384
 MIN_SIMILARITY = 0.9
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def start_server(workdir: Path) -> tuple[subprocess.Popen[bytes], int]:
+@contextlib.contextmanager
+def redis_stack(workdir: Path) -> Iterator[int]:
+    """A throw-away Redis Stack on a free port, until the block ends; yields the port."""
     if not os.access(WRAPPER, os.X_OK):
         raise SystemExit(f"{WRAPPER} is missing: run scripts/install-redis-stack first")
-    port = _free_port()
-    log = (workdir / "redis.log").open("wb")
-    proc = subprocess.Popen(
-        [str(WRAPPER), "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"],
-        cwd=workdir,
-        stdout=log,
-        stderr=log,
-    )
-    log.close()
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"redis-stack-server exited: {(workdir / 'redis.log').read_text()[-2000:]}")
+    port = free_port()
+    ready, log = f"redis://127.0.0.1:{port}/0", workdir / "redis.log"
+    with contextlib.ExitStack() as stack:
         try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2) as s:
-                s.sendall(b"PING\r\n")
-                if s.recv(16).startswith(b"+PONG"):
-                    return proc, port
-        except OSError:
-            time.sleep(0.05)
-    proc.kill()
-    raise SystemExit("redis-stack-server did not answer within 10 s")
+            stack.enter_context(
+                spawned(redis_args(str(WRAPPER), port), None, ready, log, cwd=workdir, timeout=10)
+            )
+        except (RuntimeError, TimeoutError) as exc:  # it did not start: say why, without a traceback
+            raise SystemExit(f"redis-stack-server: {exc}") from None
+        yield port
 
 
 def random_units(rng: np.random.Generator, n: int) -> Vector:
@@ -222,13 +204,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("bench-results/cache-lookup.json"))
     args = parser.parse_args(argv)
 
-    with tempfile.TemporaryDirectory(prefix="bench-cache-") as tmp:
-        proc, port = start_server(Path(tmp))
-        try:
-            result = asyncio.run(run(args, port))
-        finally:
-            proc.terminate()
-            proc.wait(timeout=10)
+    with tempfile.TemporaryDirectory(prefix="bench-cache-") as tmp, redis_stack(Path(tmp)) as port:
+        result = asyncio.run(run(args, port))
     result["config"] = {k: v for k, v in vars(args).items() if k != "out"} | {"dim": DIM}
     result["targets"] = {"semantic_p99_ms": 10.0, "exact_p99_ms": 2.0}
     print_result(result)

@@ -17,7 +17,8 @@ the gateway (docs/design/003):
 It prints a table, writes every figure plus the environment to a JSON file, and marks each target of
 the issue as pass or miss. It is a measuring command, never a test: nothing here asserts a timing.
 
-Modules: `client` (the request, a raw keep-alive HTTP client, samplers), `static_upstream`, `procs`
-(spawning, pinning, /proc probes), `wrk`, `measure` (latency rounds, throughput runs), `limiter` (its
-policy, Redis, the comparison), `report` (percentiles, targets, rendering), `run` (orchestration, CLI).
+Modules: `client` (the request, a raw keep-alive HTTP client, samplers), `static_upstream`, `policy`
+(the spine gateway's), `probes` (/proc: RSS, CPU time, core busy), `wrk`, `measure` (latency rounds,
+throughput runs), `limiter` (its policy, the comparison), `report` (percentiles, targets, rendering),
+`run` (orchestration, CLI). Processes are started, pinned and stopped by eval/bench/procs.py.
 """

@@ -13,10 +13,8 @@ import socket
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
-ROOT = Path(__file__).resolve().parents[3]
 MODEL = "small"
 STREAM_TOKENS = 8
 CHAT_PATH = "/v1/chat/completions"
@@ -140,9 +138,12 @@ class _ClientConn(asyncio.Protocol):
             self._pos = eol + 2 + size + 2
 
 
-async def _connect(port: int) -> _ClientConn:
+C = TypeVar("C", bound=_ClientConn)
+
+
+async def _connect(port: int, conn: type[C]) -> C:
     loop = asyncio.get_running_loop()
-    _, proto = await loop.create_connection(_ClientConn, "127.0.0.1", port)
+    _, proto = await loop.create_connection(conn, "127.0.0.1", port)
     sock = proto.transport.get_extra_info("socket") if proto.transport else None
     if sock is not None:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -196,7 +197,12 @@ async def run_for(conns: Sequence[_ClientConn], raw: bytes, seconds: float, stre
 
 
 async def open_conns(port: int, n: int) -> list[_ClientConn]:
-    return list(await asyncio.gather(*(_connect(port) for _ in range(n))))
+    return await open_conns_as(_ClientConn, port, n)
+
+
+async def open_conns_as(conn: type[C], port: int, n: int) -> list[C]:
+    """`n` keep-alive connections to 127.0.0.1:`port` (TCP_NODELAY) of `conn`, a `_ClientConn` subclass."""
+    return list(await asyncio.gather(*(_connect(port, conn) for _ in range(n))))
 
 
 def close_all(conns: Sequence[_ClientConn]) -> None:

@@ -14,7 +14,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from eval.bench.overhead.procs import pool_and_model_yaml
+from eval.bench.overhead.policy import pool_and_model_yaml
 
 BACKEND_HISTOGRAM = "llmgw_ratelimit_backend_seconds"
 
@@ -46,11 +46,6 @@ def write_limiter_policy(path: Path, upstream_port: int, key_sha256: str, specul
         pool_and_model_yaml(upstream_port) + unreachable_limits(speculative) + "tenancy:\n"
         f"  keys: [{{id: bench, sha256: {key_sha256}, org: bench, app: bench}}]\n"
     )
-
-
-def redis_args(redis_server: str, port: int) -> list[str]:
-    """A throw-away Redis: loopback only, no persistence."""
-    return [redis_server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
 
 
 def parse_histogram(text: str, name: str = BACKEND_HISTOGRAM) -> dict[str, Any]:

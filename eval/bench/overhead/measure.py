@@ -26,7 +26,7 @@ from eval.bench.overhead.client import (
     run_batch,
     run_for,
 )
-from eval.bench.overhead.procs import CpuProbe, cpu_times
+from eval.bench.overhead.probes import CpuProbe, cpu_times
 from eval.bench.overhead.report import UPSTREAM_BOUND_RATIO, summarize_ns
 from eval.bench.overhead.wrk import run_wrk, wrk_script
 

@@ -17,18 +17,27 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from eval.bench.overhead.client import MODEL, ROOT, STREAM_TOKENS, request_body, run_async
+from eval.bench.overhead.client import MODEL, STREAM_TOKENS, request_body, run_async
 from eval.bench.overhead.limiter import (
     backend_phases,
     compare_latency,
-    redis_args,
     scrape_histogram,
     write_limiter_policy,
 )
 from eval.bench.overhead.measure import Endpoints, Options, Side, measure_latency, measure_throughput
-from eval.bench.overhead.procs import free_port, proc_status, spawned, tail, write_policy
+from eval.bench.overhead.policy import write_policy
+from eval.bench.overhead.probes import proc_status
 from eval.bench.overhead.report import evaluate_targets, render
 from eval.bench.overhead.static_upstream import serve_static
+from eval.bench.procs import (
+    ROOT,
+    dump_logs,
+    free_port,
+    pinned_cpus,
+    redis_args,
+    redis_server,
+    spawned,
+)
 from gateway.tenancy.keys import generate_key, hash_key
 
 
@@ -97,12 +106,11 @@ def _start(
     if not opts.limiter:
         return Endpoints(direct, main, up.pid)
 
-    redis_server = shutil.which("redis-server") or "/usr/bin/redis-server"
     redis_port, lim_port = free_port(), free_port()
     redis_url = f"redis://127.0.0.1:{redis_port}/0"
     progress(f"starting redis-server on :{redis_port} and the limiter gateway on :{lim_port}")
     redis_log = work / "redis.log"
-    stack.enter_context(spawned(redis_args(redis_server, redis_port), opts.load_cpu, redis_url, redis_log))
+    stack.enter_context(spawned(redis_args(redis_server(), redis_port), opts.load_cpu, redis_url, redis_log))
     spine: Side | None = None
     lim_up_port, lim_up_pid = up_port, 0
     if opts.limiter_upstream == "static" and opts.upstream != "static":
@@ -158,11 +166,11 @@ def _healthz(port: int) -> str:
 
 
 def _has_redis_server() -> bool:
-    return shutil.which("redis-server") is not None or Path("/usr/bin/redis-server").exists()
+    return Path(redis_server()).exists()
 
 
 def _redis_version() -> str:
-    server = shutil.which("redis-server") or "/usr/bin/redis-server"
+    server = redis_server()
     if not Path(server).exists():
         return ""
     proc = subprocess.run([server, "--version"], capture_output=True, text=True, check=False)
@@ -191,8 +199,7 @@ def run_benchmark(opts: Options, argv: Sequence[str]) -> dict[str, Any]:
             scraped = {s.name: scrape_histogram(s.port) for s in ep.sides() if s.name != "direct"}
             throughput = run_async(lambda: measure_throughput(opts, ep, work, progress))
         except Exception:
-            for log in sorted(work.glob("*.log")):
-                print(f"--- {log.name} ---\n{tail(log)}", file=sys.stderr)
+            dump_logs(work)
             raise
         memory = proc_status(ep.gateway.pid)
         if ep.limiter is not None:
@@ -263,16 +270,6 @@ def run_benchmark(opts: Options, argv: Sequence[str]) -> dict[str, Any]:
     return report
 
 
-def _cpus(gateway_cpu: int, load_cpu: int) -> tuple[int | None, int | None]:
-    try:
-        usable = os.sched_getaffinity(0)
-    except (AttributeError, OSError):
-        return None, None
-    if gateway_cpu in usable and load_cpu in usable and gateway_cpu != load_cpu:
-        return gateway_cpu, load_cpu
-    return None, None
-
-
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="python -m eval.bench.overhead",
@@ -331,7 +328,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.serve_static is not None:
         run_async(lambda: serve_static(args.serve_static))
         return 0
-    gw_cpu, load_cpu = _cpus(args.gateway_cpu, args.load_cpu)
+    gw_cpu, load_cpu = pinned_cpus(args.gateway_cpu, args.load_cpu)
     opts = Options(
         upstream=args.upstream,
         concurrency=tuple(int(x) for x in args.concurrency.split(",") if x),

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from eval.bench.overhead.procs import CpuProbe
+from eval.bench.overhead.probes import CpuProbe
 from eval.bench.overhead.wrk import run_wrk, wrk_script
 from eval.bench.peers.sampler import timed_batch
 from eval.bench.peers.sides import Side

@@ -15,7 +15,6 @@ import contextlib
 import io
 import os
 import pstats
-import shutil
 import signal
 import sys
 import tempfile
@@ -23,11 +22,10 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from eval.bench.overhead.limiter import redis_args
-from eval.bench.overhead.procs import free_port
 from eval.bench.overhead.wrk import run_wrk, wrk_script
 from eval.bench.peers.configs import ours_policy, request_body
 from eval.bench.peers.sides import started
+from eval.bench.procs import free_port, redis_args, redis_server
 from gateway.tenancy.keys import generate_key, hash_key
 
 # The gateway under cProfile, started in-process; SIGUSR2 restarts the profile, SIGUSR1 writes it.
@@ -59,8 +57,9 @@ def profile(mode: str, seconds: float, top: int, gateway_cpu: int, load_cpu: int
         up = [sys.executable, "-m", "eval.bench.overhead", "--serve-static", str(up_port)]
         stack.enter_context(started(up, load_cpu, f"http://127.0.0.1:{up_port}/health", work / "up.log"))
         redis_url = f"redis://127.0.0.1:{redis_port}/0"
-        server = shutil.which("redis-server") or "/usr/bin/redis-server"
-        stack.enter_context(started(redis_args(server, redis_port), load_cpu, redis_url, work / "redis.log"))
+        stack.enter_context(
+            started(redis_args(redis_server(), redis_port), load_cpu, redis_url, work / "redis.log")
+        )
         key = generate_key()
         policy = work / "ours.yaml"
         policy.write_text(ours_policy(up_port, hash_key(key)))

@@ -16,12 +16,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from eval.bench.overhead.client import ROOT, run_async
+from eval.bench.overhead.client import run_async
 from eval.bench.overhead.run import environment
 from eval.bench.peers.measure import Plan, measure_rounds
 from eval.bench.peers.report import render_markdown
-from eval.bench.peers.sides import GATEWAYS, LITELLM_BIN, PEERS_DIR, dump_logs, missing_peers, start_all
+from eval.bench.peers.sides import GATEWAYS, LITELLM_BIN, PEERS_DIR, missing_peers, start_all
 from eval.bench.peers.stats import evaluate, ratios, summarize
+from eval.bench.procs import ROOT, dump_logs, pinned_cpus
 
 
 def _versions() -> dict[str, str]:
@@ -48,13 +49,6 @@ def _npm_version(folder: Path) -> str:
         return str(json.loads((folder / "package.json").read_text())["version"])
     except (OSError, ValueError, KeyError):
         return ""
-
-
-def _cpus(gateway_cpu: int, load_cpu: int) -> tuple[int | None, int | None]:
-    usable = os.sched_getaffinity(0)
-    if gateway_cpu in usable and load_cpu in usable and gateway_cpu != load_cpu:
-        return gateway_cpu, load_cpu
-    return None, None
 
 
 def run_benchmark(gateways: Sequence[str], plan: Plan, argv: Sequence[str]) -> dict[str, Any]:
@@ -153,7 +147,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    gw_cpu, load_cpu = _cpus(args.gateway_cpu, args.load_cpu)
+    gw_cpu, load_cpu = pinned_cpus(args.gateway_cpu, args.load_cpu)
     plan = Plan(
         rounds=max(1, args.rounds),
         latency_concurrency=(1, 8),

@@ -9,13 +9,12 @@ simply hold fewer samples.
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from eval.bench.overhead.client import HTTPError, _ClientConn, count_sse_events
+from eval.bench.overhead.client import HTTPError, _ClientConn, close_all, count_sse_events, open_conns_as
 from eval.bench.overhead.report import percentile, summarize_ns
 
 REQUEST_TIMEOUT_S = 30.0
@@ -61,15 +60,6 @@ class Cell:
         return out
 
 
-async def _connect(port: int) -> _TimedConn:
-    loop = asyncio.get_running_loop()
-    _, proto = await loop.create_connection(_TimedConn, "127.0.0.1", port)
-    sock = proto.transport.get_extra_info("socket") if proto.transport else None
-    if sock is not None:
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    return proto
-
-
 async def _loop(
     conn: _TimedConn, make: Callable[[], bytes], deadline: float, stream: bool, out: Cell
 ) -> None:
@@ -99,13 +89,11 @@ async def timed_batch(
 ) -> Cell:
     """`concurrency` connections, each a closed loop (send, wait, send) for `seconds`; `make` gives the
     bytes of each request (built before its clock starts)."""
-    conns: Sequence[_TimedConn] = await asyncio.gather(*(_connect(port) for _ in range(concurrency)))
+    conns = await open_conns_as(_TimedConn, port, concurrency)
     out = Cell()
     deadline = time.perf_counter() + seconds
     try:
         await asyncio.gather(*(_loop(c, make, deadline, stream, out) for c in conns))
     finally:
-        for c in conns:
-            if c.transport is not None:
-                c.transport.close()
+        close_all(conns)
     return out

@@ -9,19 +9,15 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import os
 import shutil
-import signal
 import subprocess
 import sys
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from eval.bench.overhead.client import MODEL, ROOT, raw_request
-from eval.bench.overhead.limiter import redis_args
-from eval.bench.overhead.procs import free_port, tail, wait_http, wait_redis
+from eval.bench.overhead.client import MODEL, raw_request
 from eval.bench.peers.configs import (
     ROUTED_MODEL,
     litellm_config,
@@ -32,6 +28,7 @@ from eval.bench.peers.configs import (
     quiet_log_config,
     request_body,
 )
+from eval.bench.procs import ROOT, free_port, redis_args, redis_server, spawned
 from gateway.tenancy.keys import generate_key, hash_key
 
 PEERS_DIR = ROOT / ".tools" / "peers"
@@ -73,30 +70,11 @@ def missing_peers(names: Sequence[str]) -> list[str]:
     return [n for n in names if n in need and not need[n].exists()]
 
 
-@contextlib.contextmanager
 def started(
     args: Sequence[str], cpu: int | None, ready: str, log: Path, env: dict[str, str] | None = None
-) -> Iterator[subprocess.Popen[bytes]]:
-    """Run `args` (under `taskset -c cpu` when given) until the block ends; output goes to `log`."""
-    argv = ["taskset", "-c", str(cpu), *args] if cpu is not None else list(args)
-    with open(log, "wb") as out:
-        # taskset execs the command: the pid is the server's own, and SIGTERM reaches it.
-        proc = subprocess.Popen(
-            argv, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}, cwd=ROOT
-        )
-        try:
-            if ready.startswith("redis://"):
-                wait_redis(ready, proc, log, START_TIMEOUT_S)
-            else:
-                wait_http(ready, proc, log, START_TIMEOUT_S)
-            yield proc
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+) -> contextlib.AbstractContextManager[subprocess.Popen[bytes]]:
+    """`spawned` (eval/bench/procs.py) with the peers' start-up timeout."""
+    return spawned(args, cpu, ready, log, env, timeout=START_TIMEOUT_S)
 
 
 def start_all(
@@ -117,7 +95,7 @@ def start_all(
     if {"ours", "ours-spec", "ours-routed"} & set(names):
         redis_port = free_port()
         redis_url = f"redis://127.0.0.1:{redis_port}/0"
-        server = shutil.which("redis-server") or "/usr/bin/redis-server"
+        server = redis_server()
         stack.enter_context(started(redis_args(server, redis_port), load_cpu, redis_url, work / "redis.log"))
     key = generate_key()
     for name in names:
@@ -178,8 +156,3 @@ def start_all(
         else:
             raise ValueError(f"unknown gateway {name!r} (known: {', '.join(GATEWAYS)})")
     return sides
-
-
-def dump_logs(work: Path) -> None:
-    for log in sorted(work.glob("*.log")):
-        print(f"--- {log.name} ---\n{tail(log)}", file=sys.stderr)

@@ -30,11 +30,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from eval.bench.overhead.client import ROOT
 from eval.bench.overhead.run import environment
 from eval.bench.overhead.wrk import run_wrk, wrk_script
 from eval.bench.peers.measure import unique_prompts
-from eval.bench.peers.sides import Side, dump_logs, start_all
+from eval.bench.peers.sides import Side, start_all
+from eval.bench.procs import ROOT, dump_logs, pinned_cpus
 
 GROWTH_TARGET_PCT = 5.0
 RSS_TARGET_MB = 300.0
@@ -279,13 +279,6 @@ def soak_side(
     return samples, chunks
 
 
-def _cpus(gateway_cpu: int, load_cpu: int) -> tuple[int | None, int | None]:
-    usable = os.sched_getaffinity(0)
-    if gateway_cpu in usable and load_cpu in usable and gateway_cpu != load_cpu:
-        return gateway_cpu, load_cpu
-    return None, None
-
-
 def run_side(
     name: str, args: argparse.Namespace, cpus: tuple[int | None, int | None], progress: Callable[[str], None]
 ) -> dict[str, Any]:
@@ -401,7 +394,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"[{time.monotonic() - started_at:6.1f}s] {msg}", file=sys.stderr, flush=True)
 
     warnings: list[str] = []
-    cpus = _cpus(args.gateway_cpu, args.load_cpu)
+    cpus = pinned_cpus(args.gateway_cpu, args.load_cpu)
     if cpus[1] is not None:
         os.sched_setaffinity(0, {cpus[1]})  # this process and wrk, its child, on the load core
     else:

@@ -23,8 +23,8 @@ from typing import Any
 
 import httpx
 
-from eval.bench.overhead.procs import free_port, spawned
 from eval.bench.pools.load import Result, run_load
+from eval.bench.procs import free_port, spawned
 
 MODEL = "bench"
 
