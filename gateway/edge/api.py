@@ -1,0 +1,196 @@
+"""The FastAPI app for everything that is not the relay's hot path: health, readiness, metrics, the
+model list, feedback, the admin API and the OpenAPI document.
+
+The relay routes are declared here too, for the OpenAPI document and for requests the fast
+dispatcher does not take (gateway.app): they hand the raw ASGI exchange to the same handler.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from gateway import __version__
+from gateway.edge.exchange import Kind, Receive, RequestHeaders, Scope, Send
+from gateway.edge.openapi import (
+    RELAY_ERRORS,
+    ChatCompletion,
+    ChatCompletionRequest,
+    Completion,
+    CompletionRequest,
+    EmbeddingList,
+    EmbeddingRequest,
+    ModelCard,
+    ModelList,
+    error_responses,
+)
+from gateway.errors import GatewayError, InvalidRequestError, MethodNotAllowedError, NotFoundError
+from gateway.tenancy.admin import build_admin_router
+
+if TYPE_CHECKING:
+    from gateway.app import GatewayApp
+
+__all__ = ["RELAY_PATHS", "build_api"]
+
+RELAY_PATHS = {
+    "/v1/chat/completions": Kind.CHAT,
+    "/v1/completions": Kind.COMPLETIONS,
+    "/v1/embeddings": Kind.EMBEDDINGS,
+}
+
+_BODY_MODELS: dict[Kind, Any] = {
+    Kind.CHAT: (ChatCompletionRequest, ChatCompletion),
+    Kind.COMPLETIONS: (CompletionRequest, Completion),
+    Kind.EMBEDDINGS: (EmbeddingRequest, EmbeddingList),
+}
+
+# One server-sent event: `data:` is a JSON chunk, an error object, or the `[DONE]` terminator.
+SSE_EVENT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"data": {"type": "string"}, "event": {"type": "string"}},
+    "required": ["data"],
+}
+
+
+class _Delegate(Response):
+    """A FastAPI response that hands the raw ASGI exchange to the relay (same code as the fast path)."""
+
+    def __init__(self, app: GatewayApp, kind: Kind) -> None:
+        super().__init__()
+        self._app = app
+        self._kind = kind
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self._app.relay_request(self._kind, scope, receive, send)
+
+
+def build_api(app: GatewayApp) -> FastAPI:
+    api = FastAPI(
+        title="llm-gateway",
+        version=__version__,
+        lifespan=app.lifespan,
+        description="OpenAI-compatible gateway over self-hosted model pools.",
+    )
+    api.openapi = lambda: _openapi(api, [m.name for m in app.policy.models])  # type: ignore[method-assign]
+    _relay_routes(api, app)
+    api.include_router(
+        build_admin_router(
+            app.parts.store,
+            app.settings.admin_key,
+            set(app.policy.limits.tiers),
+            {m.name for m in app.policy.models},
+            static_keys=app.parts.static_keys,
+        )
+    )
+    api.include_router(app.observer.feedback.router(app.parts.auth))
+    _service_routes(api, app)
+    _error_handlers(api)
+    return api
+
+
+def _relay_routes(api: FastAPI, app: GatewayApp) -> None:
+    for path, kind in RELAY_PATHS.items():
+        req_model, resp_model = _BODY_MODELS[kind]
+        responses: dict[int | str, dict[str, Any]] = {
+            200: {"model": resp_model, "description": "the pool's answer"},
+            **RELAY_ERRORS,
+        }
+        if kind is not Kind.EMBEDDINGS:
+            responses[200]["content"] = {"text/event-stream": {"schema": SSE_EVENT_SCHEMA}}
+        api.add_api_route(
+            path,
+            _delegate_endpoint(app, kind),
+            methods=["POST"],
+            name=kind.value,
+            summary=f"OpenAI {kind.value} (relayed to the alias's pool)",
+            responses=responses,
+            openapi_extra={
+                "requestBody": {
+                    "required": True,
+                    "content": {
+                        "application/json": {"schema": {"$ref": f"#/components/schemas/{req_model.__name__}"}}
+                    },
+                }
+            },
+        )
+
+
+def _delegate_endpoint(app: GatewayApp, kind: Kind) -> Any:
+    def endpoint(request: Request) -> Response:
+        return _Delegate(app, kind)
+
+    return endpoint
+
+
+def _service_routes(api: FastAPI, app: GatewayApp) -> None:
+    @api.get("/v1/models", response_model=ModelList, responses=error_responses(401, 503))
+    async def list_models(request: Request) -> ModelList:
+        """The aliases the caller's key may use."""
+        created = int(app.started_at)
+        h = RequestHeaders(request.scope)
+        aliases = await app.parts.auth.models_for(
+            h.authorization, [m.name for m in app.policy.models], api_key=h.api_key
+        )
+        return ModelList(data=[ModelCard(id=a, created=created, owned_by="llm-gateway") for a in aliases])
+
+    @api.get("/healthz", include_in_schema=False)
+    def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @api.get("/readyz", include_in_schema=False)
+    def readyz() -> JSONResponse:
+        rt = app.runtime
+        if rt is None or rt.draining or not app.ready:
+            return JSONResponse({"status": "not ready"}, status_code=503)
+        return JSONResponse({"status": "ready"})
+
+    @api.get("/metrics", include_in_schema=False)
+    def metrics() -> Response:
+        rt = app.runtime
+        data = generate_latest(rt.metrics.registry) if rt else b""
+        return Response(data, media_type=CONTENT_TYPE_LATEST)
+
+
+def _error_handlers(api: FastAPI) -> None:
+    """Every error in the OpenAI shape, whoever raised it (the gateway, Starlette, validation)."""
+
+    @api.exception_handler(GatewayError)
+    async def _gateway_error(request: Request, exc: GatewayError) -> JSONResponse:
+        return JSONResponse(exc.payload(), status_code=exc.status, headers=exc.response_headers())
+
+    @api.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        err: GatewayError
+        if exc.status_code == 404:
+            err = NotFoundError(f"no route for {request.method} {request.url.path}")
+        elif exc.status_code == 405:
+            err = MethodNotAllowedError(f"{request.method} is not allowed on {request.url.path}")
+        else:
+            err = InvalidRequestError(str(exc.detail))
+        return JSONResponse(err.payload(), status_code=exc.status_code, headers=err.response_headers())
+
+    @api.exception_handler(RequestValidationError)
+    async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
+        err = InvalidRequestError(f"invalid request: {exc.errors()[:1]}")
+        return JSONResponse(err.payload(), status_code=400)
+
+
+def _openapi(api: FastAPI, aliases: list[str]) -> dict[str, Any]:
+    if api.openapi_schema:
+        return api.openapi_schema
+    schema = get_openapi(title=api.title, version=api.version, description=api.description, routes=api.routes)
+    comps = schema.setdefault("components", {}).setdefault("schemas", {})
+    for model in (ChatCompletionRequest, CompletionRequest, EmbeddingRequest):
+        js = model.model_json_schema(ref_template="#/components/schemas/{model}")
+        for name, sub in js.pop("$defs", {}).items():
+            comps.setdefault(name, sub)
+        js["properties"]["model"] = {"type": "string", "enum": aliases, "title": "Model"}
+        comps[model.__name__] = js
+    api.openapi_schema = schema
+    return schema
