@@ -1,4 +1,4 @@
-"""The pure parts of the memory soak (eval/bench/peers/soak.py): /proc parsing, requests by time, growth,
+"""The pure parts of the memory soak (eval/bench/peers/soak/): /proc parsing, requests by time, growth,
 the leak slope and the verdict against issue 9's targets (< 5 % growth, <= 300 MB)."""
 
 from __future__ import annotations
@@ -7,19 +7,17 @@ import os
 
 import pytest
 
-from eval.bench.peers.soak import (
+from eval.bench.peers.soak.figures import (
     Chunk,
     growth_pct,
-    parse_smaps_rollup,
-    parse_status,
-    read_memory,
-    render_table,
     requests_at,
     slope_per_million,
     summarize,
     value_at,
     verdict,
 )
+from eval.bench.peers.soak.memory import parse_smaps_rollup, parse_status, read_memory
+from eval.bench.peers.soak.report import render_table
 
 STATUS = """\
 Name:\tpython
