@@ -8,17 +8,24 @@ up to tens of seconds, TPOT in milliseconds, gateway overhead in tens of microse
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
 
 from gateway.config import Policy
-from pools.pool import ReplicaPool
-from ratelimit.failover import FailoverStats
+from gateway.observability.collectors import FailoverCollector, PoolsCollector
+
+# The scrape-time collectors live in gateway.observability.collectors; importers may use either module.
+__all__ = [
+    "E2E_BUCKETS",
+    "OVERHEAD_BUCKETS",
+    "TPOT_BUCKETS",
+    "TTFT_BUCKETS",
+    "AliasMetrics",
+    "FailoverCollector",
+    "Metrics",
+    "PoolsCollector",
+]
 
 TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.45, 0.6, 0.8, 1, 1.5, 2, 3, 5, 7.5, 10, 20, 40, 80)
 TPOT_BUCKETS = (0.002, 0.005, 0.01, 0.015, 0.02, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1)
@@ -40,7 +47,31 @@ class AliasMetrics:
 class Metrics:
     def __init__(self, policy: Policy) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
-        r = self.registry
+        # Declared in this order (the order /metrics lists them in): relay, admission, pools, router, cache.
+        self._declare_relay(self.registry)
+        self._declare_admission(self.registry)
+        self._declare_pools(self.registry)
+        self._declare_router(self.registry)
+        self._declare_cache(self.registry)
+        # Per (alias, pool): a routed alias has one child per tier pool.
+        self.by_alias: dict[tuple[str, str], AliasMetrics] = {}
+        for m in policy.models:
+            for pool in m.route.pools:
+                self.by_alias[(m.name, pool)] = AliasMetrics(
+                    ttft=self._ttft.labels(m.name, pool),
+                    tpot=self._tpot.labels(m.name, pool),
+                    input_tokens=self._tokens.labels(m.name, pool, "input"),
+                    output_tokens=self._tokens.labels(m.name, pool, "output"),
+                    inflight=self._inflight.labels(m.name, pool),
+                )
+        # Children of the per-request series, memoised on first use: `labels()` costs several times the
+        # increment it precedes. Bounded: aliases and pools come from the config, endpoints and statuses
+        # are a handful.
+        self._finished: dict[tuple[str, str, str, int, bool], tuple[Counter, Histogram]] = {}
+        self._overheads: dict[str, Histogram] = {}
+
+    def _declare_relay(self, r: CollectorRegistry) -> None:
+        """Every answered request: counts, durations, tokens, failures, the gateway's own time."""
         self.requests = Counter(
             "llmgw_requests",
             "Requests answered, by alias, pool, endpoint and HTTP status",
@@ -93,6 +124,9 @@ class Metrics:
             buckets=OVERHEAD_BUCKETS,
             registry=r,
         )
+
+    def _declare_admission(self, r: CollectorRegistry) -> None:
+        """Authentication and the token-budget limiter."""
         self.auth_failures = Counter(
             "llmgw_auth_failures",
             "Requests refused by authentication (401/403), by code",
@@ -124,6 +158,9 @@ class Metrics:
             buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5),
             registry=r,
         )
+
+    def _declare_pools(self, r: CollectorRegistry) -> None:
+        """Retries and placement in the pools (their replica state is PoolsCollector's, at scrape time)."""
         self.retries = Counter(
             "llmgw_pool_retries",
             "Retry decisions before the first byte: retried, budget_exhausted, no_other_replica",
@@ -143,6 +180,9 @@ class Metrics:
             buckets=E2E_BUCKETS,
             registry=r,
         )
+
+    def _declare_router(self, r: CollectorRegistry) -> None:
+        """Routed aliases: decisions, cascade escalations, decision time, fallback."""
         self.router_decisions = Counter(
             "llmgw_router_decisions",
             "Requests to routed aliases by the pool (tier) that answered and whether the cascade escalated",
@@ -168,6 +208,9 @@ class Metrics:
             ["model"],
             registry=r,
         )
+
+    def _declare_cache(self, r: CollectorRegistry) -> None:
+        """The response cache, exact and semantic."""
         self.cache_requests = Counter(
             "llmgw_cache_requests",
             "Cacheable-endpoint requests by alias and cache status (hit, semantic-hit, miss, bypass)",
@@ -212,22 +255,6 @@ class Metrics:
             "without the query engine) although an alias enables it",
             registry=r,
         )
-        # Per (alias, pool): a routed alias has one child per tier pool.
-        self.by_alias: dict[tuple[str, str], AliasMetrics] = {}
-        for m in policy.models:
-            for pool in m.route.pools:
-                self.by_alias[(m.name, pool)] = AliasMetrics(
-                    ttft=self._ttft.labels(m.name, pool),
-                    tpot=self._tpot.labels(m.name, pool),
-                    input_tokens=self._tokens.labels(m.name, pool, "input"),
-                    output_tokens=self._tokens.labels(m.name, pool, "output"),
-                    inflight=self._inflight.labels(m.name, pool),
-                )
-        # Children of the per-request series, memoised on first use: `labels()` costs several times the
-        # increment it precedes. Bounded: aliases and pools come from the config, endpoints and statuses
-        # are a handful.
-        self._finished: dict[tuple[str, str, str, int, bool], tuple[Counter, Histogram]] = {}
-        self._overheads: dict[str, Histogram] = {}
 
     def finished(
         self, model: str, pool: str, endpoint: str, status: int, stream: bool, seconds: float
@@ -248,118 +275,3 @@ class Metrics:
         if child is None:
             child = self._overheads[endpoint] = self.overhead.labels(endpoint)
         return child
-
-
-class FailoverCollector(Collector):
-    """Exports the limiter's fail-open / fail-closed bookkeeping at scrape time."""
-
-    def __init__(self, stats: FailoverStats) -> None:
-        self._stats = stats
-
-    def collect(self) -> Iterator[Metric]:
-        s = self._stats
-        for name, doc, value in (
-            (
-                "llmgw_ratelimit_backend_errors",
-                "Limiter calls that found Redis unavailable",
-                s.backend_errors,
-            ),
-            (
-                "llmgw_ratelimit_fail_open_activations",
-                "Switches to the local fail-open limiter",
-                s.fail_open_activations,
-            ),
-            (
-                "llmgw_ratelimit_degraded_decisions",
-                "Admissions decided by the local limiter",
-                s.degraded_decisions,
-            ),
-            ("llmgw_ratelimit_recoveries", "Returns to exact (Redis) limiting", s.recoveries),
-            ("llmgw_ratelimit_settle_retries", "Background retries of settlements", s.settle_retries),
-            (
-                "llmgw_ratelimit_settle_drops",
-                "Settlements given up (their lease expires instead)",
-                s.settle_drops,
-            ),
-        ):
-            yield CounterMetricFamily(name, doc, value=value)
-        yield GaugeMetricFamily(
-            "llmgw_ratelimit_degraded",
-            "1 while Redis is unavailable (fail-open local or fail-closed)",
-            value=s.degraded,
-        )
-
-
-class PoolsCollector(Collector):
-    """Per pool and replica state read at scrape time (the hot path only bumps plain ints).
-
-    Replica labels are base URLs: bounded by the pools' sizes, which operators control.
-    """
-
-    def __init__(self, pools: Mapping[str, ReplicaPool]) -> None:
-        self._pools = pools
-
-    def collect(self) -> Iterator[Metric]:
-        queued = GaugeMetricFamily(
-            "llmgw_pool_queued_requests",
-            "Requests held waiting for a replica (scale-from-zero demand for KEDA; present at zero replicas)",
-            labels=["pool"],
-        )
-        replicas = GaugeMetricFamily(
-            "llmgw_pool_replicas", "Replicas known to the pool, by breaker state", labels=["pool", "state"]
-        )
-        picks = CounterMetricFamily("llmgw_pool_picks", "Replica picks by reason", labels=["pool", "reason"])
-        held = CounterMetricFamily(
-            "llmgw_pool_held_requests", "Requests that waited in the pool's queue", labels=["pool"]
-        )
-        budget = CounterMetricFamily(
-            "llmgw_pool_retry_budget", "Retry budget decisions", labels=["pool", "outcome"]
-        )
-        inflight = GaugeMetricFamily(
-            "llmgw_replica_inflight_requests",
-            "This gateway's requests on a replica",
-            labels=["pool", "replica"],
-        )
-        waiting = GaugeMetricFamily(
-            "llmgw_replica_waiting_requests", "Scraped vLLM queue of a replica", labels=["pool", "replica"]
-        )
-        kv = GaugeMetricFamily(
-            "llmgw_replica_kv_cache_usage", "Scraped vLLM KV-cache use (0..1)", labels=["pool", "replica"]
-        )
-        ttft = GaugeMetricFamily(
-            "llmgw_replica_ttft_seconds",
-            "Recent time to first token of a replica as this gateway saw it (EWMA over ~10 streams)",
-            labels=["pool", "replica"],
-        )
-        breaker = GaugeMetricFamily(
-            "llmgw_replica_breaker_state",
-            "Circuit breaker of a replica: 0 closed, 1 open, 2 half-open",
-            labels=["pool", "replica"],
-        )
-        opens = CounterMetricFamily(
-            "llmgw_replica_breaker_opens", "Times a replica's breaker opened", labels=["pool", "replica"]
-        )
-        now = time.monotonic()
-        for name, pool in self._pools.items():
-            queued.add_metric([name], pool.held)
-            states = dict.fromkeys(("closed", "open", "half_open"), 0)
-            for r in pool.replicas:
-                state = r.breaker.current(now)
-                states[state.name.lower()] += 1
-                inflight.add_metric([name, r.base], r.inflight)
-                load = r.fresh_load(now, pool.balancing.stale_after_s)
-                if load is not None:
-                    waiting.add_metric([name, r.base], load.waiting)
-                    kv.add_metric([name, r.base], load.kv_usage)
-                if r.ttft_ewma:
-                    ttft.add_metric([name, r.base], r.ttft_ewma)
-                breaker.add_metric([name, r.base], int(state))
-                opens.add_metric([name, r.base], r.breaker.opens)
-            for state_name, count in states.items():
-                replicas.add_metric([name, state_name], count)
-            for reason, count in pool.stats.picks.items():
-                picks.add_metric([name, reason], count)
-            held.add_metric([name], pool.stats.held)
-            budget.add_metric([name, "granted"], pool.budget.granted)
-            budget.add_metric([name, "refused"], pool.budget.refused)
-        yield from (queued, replicas, picks, held, budget, inflight, waiting, kv, ttft, breaker, opens)

@@ -67,23 +67,26 @@ class Lookup:
     vector: Any = None  # the question's embedding, kept from the lookup for the write
 
 
+@dataclass(frozen=True, slots=True)
+class CacheBackends:
+    """Where answers live, built together by `build_cache`: the exact store and, for the semantic
+    cache, the vector index and the question encoder; `closers` release their connections/threads."""
+
+    store: ExactStore
+    index: VectorIndex | None = None
+    embedder: Embedder | None = None
+    closers: tuple[Callable[[], Awaitable[None] | None], ...] = ()
+
+
 class ResponseCache:
     def __init__(
-        self,
-        policy: Policy,
-        store: ExactStore,
-        metrics: Metrics,
-        *,
-        index: VectorIndex | None = None,
-        embedder: Embedder | None = None,
-        log: logging.Logger | None = None,
-        closers: tuple[Callable[[], Awaitable[None] | None], ...] = (),
+        self, policy: Policy, backends: CacheBackends, metrics: Metrics, *, log: logging.Logger | None = None
     ) -> None:
-        self._closers = closers
-        self._store = store
+        self._closers = backends.closers
+        self._store = backends.store
         self._metrics = metrics
-        self._index = index
-        self._embedder = embedder
+        self._index = backends.index
+        self._embedder = backends.embedder
         self._semantic_ready = False
         self._max_entry = policy.cache.max_entry_bytes
         self._log = log or logging.getLogger("llmgw.cache")
@@ -306,9 +309,8 @@ def build_cache(
             embedder = question
         except (OSError, RouterArtifactError) as exc:
             log.warning("semantic cache: the encoder cannot be loaded (%s)", exc)
-    return ResponseCache(
-        policy, store, metrics, index=index, embedder=embedder, log=log, closers=tuple(closers)
-    )
+    backends = CacheBackends(store, index=index, embedder=embedder, closers=tuple(closers))
+    return ResponseCache(policy, backends, metrics, log=log)
 
 
 def _scope(cfg: ModelCache, tenant: Tenant) -> str:

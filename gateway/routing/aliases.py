@@ -92,6 +92,7 @@ def _quantile(model: DifficultyModel, q: float) -> float:
 def build_routed(policy: Policy, log: logging.Logger) -> dict[str, RoutedAlias]:
     """Every routed alias of the policy, with its models loaded (raises ConfigError naming the key)."""
     prices = {p.name: p.price for p in policy.pools}
+    # Artifacts by path, loaded once however many aliases use them.
     models: dict[str | None, DifficultyModel] = {}
     trained: dict[str | None, TrainedAnswerScorer] = {}
     out: dict[str, RoutedAlias] = {}
@@ -101,47 +102,8 @@ def build_routed(policy: Policy, log: logging.Logger) -> dict[str, RoutedAlias]:
             continue
         where = f"models[{i}] ('{m.name}').route.policy"
         rp = rp.with_prices(prices)
-        scorer: TrainedAnswerScorer | None = None
-        if rp.cascade is not None:
-            for s in rp.cascade.scorers:
-                if isinstance(s, TrainedScorer):
-                    try:
-                        scorer = trained.get(s.artifact) or TrainedAnswerScorer.load(s.artifact)
-                    except (OSError, ScorerArtifactError) as exc:
-                        msg = f"{where}.cascade: the answer scorer cannot be loaded: {exc}"
-                        raise ConfigError(msg) from exc
-                    trained[s.artifact] = scorer
-        model: DifficultyModel | None = None
-        fallback: str | None = None
-        thresholds: tuple[float, ...] | None = None
-        if rp.difficulty is not None:
-            # Imported here: numpy, onnxruntime and the encoder load only when a model is used.
-            from router.difficulty import DifficultyModel
-
-            try:
-                model = models.get(rp.difficulty.model) or DifficultyModel.load(rp.difficulty.model)
-                models[rp.difficulty.model] = model
-                thresholds = resolve_thresholds(
-                    rp, _equal_share_cuts(model, len(rp.tiers)), functools.partial(_quantile, model)
-                )
-            except (OSError, RouterArtifactError) as exc:
-                if rp.difficulty.on_unavailable != "fallback":
-                    raise ConfigError(
-                        f"{where}.difficulty: the router model cannot be loaded: {exc} "
-                        "(rebuild the encoder with `make router-encoder`, point `difficulty.model` at a "
-                        "valid artifact, or set `difficulty.on_unavailable: fallback`)"
-                    ) from exc
-                start = rp.fallback_tier or 0
-                fallback = (
-                    f"router model unavailable ({exc}); every request starts at tier {start} "
-                    f"('{rp.tiers[start].pool}')"
-                )
-                log.warning("routed alias '%s': %s", m.name, fallback)
-                model = None
-            except ValueError as exc:
-                raise ConfigError(f"{where}.difficulty: {exc}") from exc
-        else:
-            thresholds = resolve_thresholds(rp, None)
+        scorer = _trained_scorer(rp, where, trained)
+        model, thresholds, fallback = _difficulty(rp, where, m.name, models, log)
         out[m.name] = RoutedAlias(
             name=m.name,
             policy=rp,
@@ -153,6 +115,61 @@ def build_routed(policy: Policy, log: logging.Logger) -> dict[str, RoutedAlias]:
             logprobs=rp.cascade is not None and any(isinstance(s, LogprobScorer) for s in rp.cascade.scorers),
         )
     return out
+
+
+def _trained_scorer(
+    rp: RoutingPolicy, where: str, trained: dict[str | None, TrainedAnswerScorer]
+) -> TrainedAnswerScorer | None:
+    """The cascade's trained answer scorer, if it has one (loaded once per artifact)."""
+    scorer: TrainedAnswerScorer | None = None
+    if rp.cascade is not None:
+        for s in rp.cascade.scorers:
+            if isinstance(s, TrainedScorer):
+                try:
+                    scorer = trained.get(s.artifact) or TrainedAnswerScorer.load(s.artifact)
+                except (OSError, ScorerArtifactError) as exc:
+                    msg = f"{where}.cascade: the answer scorer cannot be loaded: {exc}"
+                    raise ConfigError(msg) from exc
+                trained[s.artifact] = scorer
+    return scorer
+
+
+def _difficulty(
+    rp: RoutingPolicy,
+    where: str,
+    alias: str,
+    models: dict[str | None, DifficultyModel],
+    log: logging.Logger,
+) -> tuple[DifficultyModel | None, tuple[float, ...] | None, str | None]:
+    """(difficulty model, tier thresholds, why requests start at the fallback tier) of one alias."""
+    if rp.difficulty is None:
+        return None, resolve_thresholds(rp, None), None
+    # Imported here: numpy, onnxruntime and the encoder load only when a model is used.
+    from router.difficulty import DifficultyModel
+
+    try:
+        model = models.get(rp.difficulty.model) or DifficultyModel.load(rp.difficulty.model)
+        models[rp.difficulty.model] = model
+        thresholds = resolve_thresholds(
+            rp, _equal_share_cuts(model, len(rp.tiers)), functools.partial(_quantile, model)
+        )
+    except (OSError, RouterArtifactError) as exc:
+        if rp.difficulty.on_unavailable != "fallback":
+            raise ConfigError(
+                f"{where}.difficulty: the router model cannot be loaded: {exc} "
+                "(rebuild the encoder with `make router-encoder`, point `difficulty.model` at a "
+                "valid artifact, or set `difficulty.on_unavailable: fallback`)"
+            ) from exc
+        start = rp.fallback_tier or 0
+        fallback = (
+            f"router model unavailable ({exc}); every request starts at tier {start} "
+            f"('{rp.tiers[start].pool}')"
+        )
+        log.warning("routed alias '%s': %s", alias, fallback)
+        return None, None, fallback
+    except ValueError as exc:
+        raise ConfigError(f"{where}.difficulty: {exc}") from exc
+    return model, thresholds, None
 
 
 def call_body(body: Mapping[str, Any], pool_model: str, logprobs: bool) -> bytes:

@@ -71,13 +71,39 @@ def build_admin_router(
 ) -> APIRouter:
     """`static_keys` are the policy's keys (`gateway.tenancy.keys.static_records`): listed, never
     revocable here."""
-    admin_secret = admin_key.encode("utf-8") if admin_key else None
-    static = {r.key_id: r for r in static_keys}
     if admin_key and hash_key(admin_key) in {r.sha256 for r in static_keys}:
         raise ValueError("the admin key must not also be a tenant key declared in tenancy.keys")
+    admin = _KeysAdmin(
+        store, admin_key.encode("utf-8") if admin_key else None, tiers, aliases, static_keys, clock
+    )
+    router = APIRouter(prefix="/admin", dependencies=[Depends(admin.require_admin)], include_in_schema=False)
+    router.add_api_route("/keys", admin.create_key, methods=["POST"])
+    router.add_api_route("/keys", admin.list_keys, methods=["GET"])
+    router.add_api_route("/keys/{key_id}", admin.revoke_key, methods=["DELETE"])
+    return router
 
-    async def require_admin(request: Request) -> None:
-        if admin_secret is None:
+
+class _KeysAdmin:
+    """The admin API's handlers over one key store; `build_admin_router` mounts them."""
+
+    def __init__(
+        self,
+        store: KeyStore,
+        admin_secret: bytes | None,
+        tiers: set[str],
+        aliases: set[str],
+        static_keys: Sequence[KeyRecord],
+        clock: Callable[[], float],
+    ) -> None:
+        self._store = store
+        self._admin_secret = admin_secret
+        self._tiers = tiers
+        self._aliases = aliases
+        self._static = {r.key_id: r for r in static_keys}
+        self._clock = clock
+
+    async def require_admin(self, request: Request) -> None:
+        if self._admin_secret is None:
             raise PermissionDeniedError(
                 "The admin API is disabled: no admin key is configured (set LLMGW_ADMIN_KEY).",
                 code="admin_api_disabled",
@@ -90,27 +116,26 @@ def build_admin_router(
                 code="missing_api_key",
             )
         # Constant time: the comparison must not tell an attacker how much of the key was right.
-        if not hmac.compare_digest(token.strip().encode("utf-8"), admin_secret):
+        if not hmac.compare_digest(token.strip().encode("utf-8"), self._admin_secret):
             raise AuthenticationError("Incorrect admin API key provided.", code="invalid_admin_key")
 
-    router = APIRouter(prefix="/admin", dependencies=[Depends(require_admin)], include_in_schema=False)
-
-    @router.post("/keys")
-    async def create_key(request: Request) -> JSONResponse:
+    async def create_key(self, request: Request) -> JSONResponse:
         body = await _create_body(request)
-        if body.tier not in tiers:
+        if body.tier not in self._tiers:
             raise InvalidRequestError(
-                f"unknown tier '{body.tier}' (tiers: {sorted(tiers)})", param="tier", code="unknown_tier"
+                f"unknown tier '{body.tier}' (tiers: {sorted(self._tiers)})",
+                param="tier",
+                code="unknown_tier",
             )
-        unknown = sorted(set(body.models) - aliases)
+        unknown = sorted(set(body.models) - self._aliases)
         if unknown:
             raise InvalidRequestError(
-                f"unknown model(s) {unknown} (models: {sorted(aliases)})",
+                f"unknown model(s) {unknown} (models: {sorted(self._aliases)})",
                 param="models",
                 code="unknown_model",
             )
         key_id = body.id or new_key_id()
-        if key_id in static:
+        if key_id in self._static:
             raise ConflictError(f"key id '{key_id}' is declared in the policy file (tenancy.keys)")
         key = generate_key()
         record = KeyRecord(
@@ -121,12 +146,12 @@ def build_admin_router(
             tier=body.tier,
             models=frozenset(body.models),
             limits=body.limits,
-            created_at=clock(),
+            created_at=self._clock(),
             revoked_at=None,
             source="store",
         )
         try:
-            await store.create(record)
+            await self._store.create(record)
         except DuplicateKeyError as exc:
             raise ConflictError(str(exc), param="id") from exc
         # no-store: the one response that carries a plaintext key must not land in any cache.
@@ -134,25 +159,21 @@ def build_admin_router(
             {"key": key, **key_info(record)}, status_code=201, headers={"cache-control": "no-store"}
         )
 
-    @router.get("/keys")
-    async def list_keys() -> JSONResponse:
-        records = [*static.values(), *await store.list()]
+    async def list_keys(self) -> JSONResponse:
+        records = [*self._static.values(), *await self._store.list()]
         records.sort(key=lambda r: (r.created_at, r.key_id))
         return JSONResponse({"object": "list", "data": [key_info(r) for r in records]})
 
-    @router.delete("/keys/{key_id}")
-    async def revoke_key(key_id: str) -> JSONResponse:
-        if key_id in static:
+    async def revoke_key(self, key_id: str) -> JSONResponse:
+        if key_id in self._static:
             raise ConflictError(
                 f"key '{key_id}' is declared in the policy file (tenancy.keys) and cannot be revoked "
                 "through the API: remove it from the policy and restart or roll out the gateway",
                 code="config_key",
             )
-        if not await store.revoke(key_id):
+        if not await self._store.revoke(key_id):
             raise NotFoundError(f"no API key with id '{key_id}'", code="key_not_found")
         return JSONResponse({"object": "api_key", "id": key_id, "revoked": True})
-
-    return router
 
 
 async def _create_body(request: Request) -> CreateKey:

@@ -1,0 +1,98 @@
+"""A pool in the policy file: what it serves, where its replicas are, its timeouts and price.
+
+Part of the policy (`gateway.config`, which re-exports every name here); frozen pydantic models that
+reject unknown keys like the rest of it. The replica-level knobs (balancing, saturation, retries,
+breaker, admission) are `pools.config`'s, embedded here.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from pools.config import Admission, Balancing, Breaker, Endpoints, Retries, Saturation
+from router.config import Price
+
+PoolName = Annotated[str, Field(pattern=r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")]
+Endpoint = Literal["chat", "completions", "embeddings"]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Timeouts(_Frozen):
+    connect_s: float = Field(5.0, gt=0, description="TCP connect to a replica")
+    first_token_s: float = Field(60.0, gt=0, description="request sent -> response headers / first chunk")
+    total_s: float = Field(600.0, gt=0, description="whole request, including the full stream")
+
+
+class GpuHourPrice(_Frozen):
+    """A self-hosted pool's price as GPU time, turned into a per-token price by its measured throughput.
+
+    USD per output token = usd_per_gpu_hour x gpus_per_replica / (3600 x output_tokens_per_s), where
+    `output_tokens_per_s` is what one replica sustains at the load-tested operating point (e.g. the
+    throughput `llmgw bench` reports at the concurrency the pool runs at). Input tokens cost
+    `input_weight` of an output token (prefill is batched and far cheaper per token than decode).
+    """
+
+    usd_per_gpu_hour: float = Field(gt=0)
+    gpus_per_replica: int = Field(1, ge=1)
+    output_tokens_per_s: float = Field(gt=0, description="measured throughput of one replica")
+    input_weight: float = Field(0.1, ge=0, description="cost of an input token relative to an output token")
+
+    def per_mtok(self) -> Price:
+        out = self.usd_per_gpu_hour * self.gpus_per_replica / (3600.0 * self.output_tokens_per_s) * 1e6
+        return Price(input_per_mtok=out * self.input_weight, output_per_mtok=out)
+
+
+class Pool(_Frozen):
+    name: PoolName
+    engine: Literal["vllm", "openai", "litellm"] = Field(
+        "vllm", description="vllm, any OpenAI-compatible server, or litellm (hosted providers)"
+    )
+    model: str = Field(
+        min_length=1,
+        description="the model name the pool serves (litellm: provider/model, e.g. anthropic/...)",
+    )
+    endpoints: Endpoints | None = Field(
+        None, description="replicas (required unless litellm; for litellm: optional static api_base URLs)"
+    )
+    serves: frozenset[Endpoint] = Field(
+        frozenset({"chat", "completions"}), description="which OpenAI endpoints this pool answers"
+    )
+    api_key_env: Annotated[str, Field(pattern=r"^[A-Z_][A-Z0-9_]*$")] | None = Field(
+        None, description="environment variable holding the pool's API key (never the key itself)"
+    )
+    timeouts: Timeouts = Timeouts()
+    price: Price | None = Field(
+        None, description="USD per million input/output tokens: cost accounting and routed aliases"
+    )
+    gpu_hour: GpuHourPrice | None = Field(
+        None, description="price as GPU time and measured throughput (sets `price`; give one of the two)"
+    )
+    balancing: Balancing = Field(Balancing(), description="replica picking (round_robin, least_load, ...)")
+    saturation: Saturation = Field(Saturation(), description="when a replica takes no more requests")
+    retries: Retries = Field(Retries(), description="retries before the first byte, under a budget")
+    breaker: Breaker = Field(Breaker(), description="per-replica circuit breaker")
+    admission: Admission = Field(Admission(), description="holding requests when no replica can take them")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _price_from_gpu_hour(cls, data: Any) -> Any:
+        # Everything that reads `price` (cost accounting, routed tiers) then works unchanged.
+        if isinstance(data, dict) and data.get("gpu_hour") is not None:
+            if data.get("price") is not None:
+                raise ValueError("give either price or gpu_hour, not both")
+            gpu = GpuHourPrice.model_validate(data["gpu_hour"])
+            data = {**data, "gpu_hour": gpu, "price": gpu.per_mtok()}
+        return data
+
+    @model_validator(mode="after")
+    def _endpoints_fit_the_engine(self) -> Pool:
+        if self.endpoints is None and self.engine != "litellm":
+            raise ValueError(f"a pool with engine {self.engine} needs endpoints")
+        if self.engine == "litellm" and self.endpoints is not None and not self.endpoints.static:
+            raise ValueError("a litellm pool takes only static endpoints (its api_base URLs)")
+        return self
