@@ -2,13 +2,13 @@
 
 `Relay.handle` runs one request through named stages over one `RequestContext`:
 
-    read body (relay.body) -> authenticate (tenancy.auth) -> normalize (relay.normalize)
-    -> cache lookup (relay.cached) -> route (routing.table) -> admit (relay.admit)
-    -> call: unary (relay.unary) | stream (relay.stream) | cascade (routing.cascade_runner)
-    -> settle (relay.admit) -> observe (observability.observer)
+    read body (relay._body) -> authenticate (tenancy.auth) -> normalize (relay.normalize)
+    -> cache lookup (relay._cached) -> route (routing.table) -> admit (relay._admit)
+    -> call: unary (relay._unary) | stream (relay._stream) | cascade (routing.cascade_runner)
+    -> settle (relay._admit) -> observe (observability.observer)
 
 Every failure before the response starts is a clean JSON error with the right status; every failure
-after a stream started ends it with an error event (relay.stream). A watcher (edge.exchange) waits on
+after a stream started ends it with an error event (relay._stream). A watcher (edge.exchange) waits on
 the ASGI receive channel for `http.disconnect`; when the client leaves, the handler task is cancelled,
 which closes the upstream connection, which makes vLLM abort the request and free its KV cache. The
 handler is a plain ASGI callable rather than a FastAPI route: measured here, routing, dependency
@@ -39,14 +39,14 @@ from gateway.edge.exchange import (
 from gateway.errors import AuthenticationError, GatewayError, InvalidRequestError, PermissionDeniedError
 from gateway.observability.metrics import Metrics
 from gateway.observability.observer import Observer
-from gateway.relay.admit import Admit
-from gateway.relay.body import read_body
-from gateway.relay.cached import CacheStage
-from gateway.relay.context import RequestContext
+from gateway.relay._admit import Admit
+from gateway.relay._body import read_body
+from gateway.relay._cached import CacheStage
+from gateway.relay._context import RequestContext
+from gateway.relay._stream import StreamCall
+from gateway.relay._unary import UnaryCall
 from gateway.relay.normalize import alias_of, parse_body, prepare
 from gateway.relay.response_cache import BYPASS, ResponseCache
-from gateway.relay.stream import StreamCall
-from gateway.relay.unary import UnaryCall
 from gateway.routing.aliases import RoutedAlias
 from gateway.routing.cascade_runner import CascadeRunner
 from gateway.routing.route import Route

@@ -9,7 +9,7 @@ import aiohttp
 
 from gateway.edge.exchange import Kind
 from gateway.errors import GatewayError, UpstreamError, UpstreamTimeoutError, UpstreamUnavailableError
-from gateway.upstream.h1_response import BadResponse, ConnectFailed, Disconnected
+from gateway.upstream._h1_response import BadResponse, ConnectFailed, Disconnected
 from pools.pool import NoCapacity
 
 PATHS = {

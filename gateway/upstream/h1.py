@@ -29,12 +29,15 @@ from urllib.parse import urlsplit
 
 import httptools
 
-from gateway.upstream.h1_response import (
+from gateway.upstream._h1_response import (
     BadResponse,
     ConnectFailed,
     Disconnected,
+    H1Error,
     Response,
 )
+
+__all__ = ["BadResponse", "ConnectFailed", "Disconnected", "H1Client", "H1Error", "Response"]
 
 
 class _Conn(asyncio.Protocol):

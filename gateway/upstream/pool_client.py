@@ -20,8 +20,8 @@ import httpx
 
 from gateway.config import Pool
 from gateway.errors import GatewayError
+from gateway.upstream._h1_response import H1Error
 from gateway.upstream.h1 import H1Client
-from gateway.upstream.h1_response import H1Error
 from gateway.upstream.hosted import replica_paths
 from pools.affinity import prefix_key
 from pools.discovery import Discovery, StaticDiscovery, discovery_for

@@ -16,8 +16,8 @@ from typing import Any, Protocol
 
 import aiohttp
 
+from gateway.upstream._h1_response import H1Error
 from gateway.upstream.h1 import H1Client
-from gateway.upstream.h1_response import H1Error
 from gateway.upstream.pool_client import PoolClient
 from pools.replica import Replica
 

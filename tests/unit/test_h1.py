@@ -8,8 +8,7 @@ from collections.abc import Awaitable, Callable
 import httpx
 import pytest
 
-from gateway.upstream.h1 import H1Client
-from gateway.upstream.h1_response import BadResponse, ConnectFailed, Disconnected
+from gateway.upstream.h1 import BadResponse, ConnectFailed, Disconnected, H1Client
 from gateway.upstream.pool_client import metrics_fetch
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]

@@ -17,10 +17,10 @@ from gateway.budget.admission import Admissions, Ticket
 from gateway.edge.exchange import Kind, Send
 from gateway.errors import UpstreamError, UpstreamUnavailableError
 from gateway.observability.metrics import Metrics
-from gateway.relay.admit import Admit
-from gateway.relay.cached import SSE_HEADERS
-from gateway.relay.context import RequestContext
-from gateway.relay.unary import count_usage
+from gateway.relay._admit import Admit
+from gateway.relay._cached import SSE_HEADERS
+from gateway.relay._context import RequestContext
+from gateway.relay._unary import count_usage
 from gateway.routing.route import Route
 from gateway.upstream.calls import UPSTREAM_FAILURES, CallSpec, OpenStream, PoolCalls
 from gateway.upstream.sse import error_event

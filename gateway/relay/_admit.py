@@ -14,7 +14,7 @@ import asyncio
 from gateway.budget.admission import Admissions, Ticket
 from gateway.edge.exchange import RequestIds
 from gateway.observability.tracing import TraceHooks
-from gateway.relay.context import RequestContext
+from gateway.relay._context import RequestContext
 from gateway.relay.normalize import estimate_input_tokens
 from gateway.relay.response_cache import BYPASS
 from gateway.routing.route import Route

@@ -13,7 +13,7 @@ from gateway.budget.admission import Admissions
 from gateway.config import CACHE_POOL
 from gateway.edge.exchange import Kind, RequestIds, Send
 from gateway.observability.tracing import TraceHooks
-from gateway.relay.context import RequestContext
+from gateway.relay._context import RequestContext
 from gateway.relay.normalize import prepare
 from gateway.relay.response_cache import BYPASS, MISS, ResponseCache
 from gateway.routing.table import Routes

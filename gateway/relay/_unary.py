@@ -12,9 +12,9 @@ import orjson
 from gateway.edge.exchange import Send
 from gateway.errors import UpstreamError
 from gateway.observability.metrics import Metrics
-from gateway.relay.admit import Admit
-from gateway.relay.cached import JSON_HEADERS
-from gateway.relay.context import RequestContext
+from gateway.relay._admit import Admit
+from gateway.relay._cached import JSON_HEADERS
+from gateway.relay._context import RequestContext
 from gateway.routing.route import Route
 from gateway.upstream.calls import CallSpec, PoolCalls
 
