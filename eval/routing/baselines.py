@@ -1,28 +1,27 @@
-"""Reference routers every learned router is reported against, and the baseline table CLI.
+"""Reference routers every learned router is reported against (`llmgw router eval` prints them).
 
 - random: a constant difficulty. With tie-averaging (metrics.py) that is exactly the expectation over
-  uniformly random routings, so its APGR is 0.5 by construction; `seeded_random_apgr` checks it the
-  empirical way.
+  uniformly random routings, so its APGR is 0.5 by construction (tests/unit/routing/test_routing_metrics.py
+  checks it against seeded random draws).
 - oracle: difficulty = strong score - weak score, so rows where the weak model loses go first and rows
   where it wins go last; the best any prompt-only router could do on this data.
 - per-task prior: difficulty = training-set rate of `weak < strong` within the row's task (unseen
   tasks: the global rate). It knows subjects, not prompts, and is the bar issue 4 sets for the router.
 
-    python -m eval.routing.baselines --train mmlu_train.jsonl --eval mmlu_dev.jsonl
+The table CLI (`python -m eval.routing.baselines`) was retired in issue 23 (last version at commit
+a0a19f0): `llmgw router eval` prints the same rows beside an artifact.
 """
 
 from __future__ import annotations
 
-import argparse
 import math
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from eval.routing.data import FloatArray, PairOutcomes, RoutingDataError, Row, load_rows, pair_outcomes
-from eval.routing.metrics import RouterReport, apgr, apgr_decile_thresholds, report, routing_curve
+from eval.routing.data import FloatArray, PairOutcomes, Row, pair_outcomes
+from eval.routing.metrics import RouterReport, apgr_decile_thresholds, report, routing_curve
 
 DEFAULT_STRONG = "gpt-4-1106-preview"
 DEFAULT_WEAK = "mixtral-8x7b-instruct-v0.1"
@@ -30,16 +29,6 @@ DEFAULT_WEAK = "mixtral-8x7b-instruct-v0.1"
 
 def random_difficulty(n: int) -> FloatArray:
     return np.zeros(n, dtype=np.float64)
-
-
-def seeded_random_apgr(pair: PairOutcomes, seeds: int = 20) -> tuple[float, float]:
-    """Mean and standard deviation of APGR over `seeds` uniformly random difficulty draws."""
-    values = []
-    for seed in range(seeds):
-        rng = np.random.default_rng(seed)
-        d = rng.random(pair.strong_score.shape[0])
-        values.append(apgr(routing_curve(d, pair.strong_score, pair.weak_score)))
-    return float(np.mean(values)), float(np.std(values))
 
 
 def oracle_difficulty(pair: PairOutcomes) -> FloatArray:
@@ -106,7 +95,7 @@ def _pct(x: float) -> str:
     return "   n/a" if math.isnan(x) else f"{100 * x:5.1f}%"
 
 
-def format_table(rows: Sequence[BaselineRow], random_check: tuple[float, float] | None = None) -> str:
+def format_table(rows: Sequence[BaselineRow]) -> str:
     first = rows[0].report
     lines = [f"rows={first.n}  strong-only quality={first.perf_strong:.4f}  weak-only={first.perf_weak:.4f}"]
     if first.note:
@@ -121,40 +110,7 @@ def format_table(rows: Sequence[BaselineRow], random_check: tuple[float, float] 
         quality = " ".join(f"{r.at_shares[x][0]:6.4f}" for x in shares)
         cpts = f"{_pct(r.cpt50):>7} {_pct(r.cpt80):>7}"
         lines.append(f"{r.name:<16} {r.apgr:6.4f} {row.apgr_deciles:8.4f} {cpts}  {quality}")
-    if random_check is not None:
-        lines.append(f"random, 20 seeded draws: APGR {random_check[0]:.4f} +- {random_check[1]:.4f}")
     lines.append(
         "APGR: exact tie-averaged area (design doc 006); APGR@10: RouteLLM evaluate.py's decile thresholds."
     )
     return "\n".join(lines)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m eval.routing.baselines",
-        description="Print APGR / CPT / quality-at-share for the random, per-task prior and oracle routers.",
-    )
-    parser.add_argument(
-        "--train", nargs="+", required=True, help="routing file(s) the task prior is fitted on"
-    )
-    parser.add_argument(
-        "--eval", required=True, dest="evaluation", help="routing file the baselines are scored on"
-    )
-    parser.add_argument("--strong", default=DEFAULT_STRONG)
-    parser.add_argument("--weak", default=DEFAULT_WEAK)
-    args = parser.parse_args(argv)
-    try:
-        train = load_rows(args.train)
-        evaluation = load_rows(args.evaluation)
-        table = baseline_table(train, evaluation, args.strong, args.weak)
-        check = seeded_random_apgr(pair_outcomes(evaluation, args.strong, args.weak))
-    except (RoutingDataError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    print(f"train={' '.join(args.train)}  eval={args.evaluation}  strong={args.strong}  weak={args.weak}")
-    print(format_table(table, None if math.isnan(check[0]) else check))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

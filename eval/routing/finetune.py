@@ -6,16 +6,17 @@ defaults, no search), on the serving input (the last 32 word pieces of the last 
 position and type embedding tables stay frozen: they are 11 MB of the model, freezing them keeps the
 delta small, and CV did not move (doc 008: 0.6999 / 0.6570 frozen and rank 32, 0.7004 / 0.6570 with
 everything trained and kept whole). After training, each weight matrix's
-change is cut to rank `delta_rank` (eval/routing/encoder_delta.py) and the network is re-evaluated with
-exactly those weights, so what is measured (eval/routing/finetune_cv.py) is what ships.
+change is cut to rank `delta_rank` (eval/routing/encoder_delta.py): that compressed change is the delta.
 
     python -m eval.routing.finetune --data mmlu_train.jsonl --exclude mmlu_dev.jsonl [--out FILE.npz]
 
 builds the delta from every training row (deterministic on one machine and thread count; ~4 minutes on
-two cores; default output: the committed file). It writes the same arrays as `finetune_cv
---save-delta` (checked bit for bit on this VM) but not the cross-validated figures, which only that
-run measures and records in the file. `make router-encoder` merges the committed one into the
-router's ONNX variant. Needs the `router-build` extra (torch, transformers, the weights package).
+two cores; default output: the committed file). The committed file also records the cross-validated
+figures of fine-tuning inside each fold, which this command does not measure: they came from
+`finetune_cv`, retired in issue 23 (last version at commit 261cb64; results in doc 008). `make
+router-encoder` merges the committed delta into the router's ONNX variant; when the base weights change
+it refuses a stale delta, and this command rebuilds it. Needs the `router-build` extra (torch,
+transformers, the weights package).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from eval.routing.embed_cache import DEFAULT_CACHE_DIR
 from eval.routing.export_encoder import HIDDEN, RECIPE_VERSION, export, source_weights
 from eval.routing.train import TrainConfig, prepare
 from router.artifact import sha256_file
-from router.encoder import ROUTER_LAYERS, Embeddings, Encoder
+from router.encoder import ROUTER_LAYERS, Encoder
 
 # ~1.4 MB of float16 factors for three layers (the whole layers: 10.6 MB).
 DEFAULT_RANK = 32
@@ -60,27 +61,20 @@ class FineTuneConfig:
     seeds: int = 1
     threads: int = 2
     freeze_embeddings: bool = True
-    delta_rank: int = DEFAULT_RANK  # 0: use the fine-tuned weights as they are (not shippable)
+    delta_rank: int = DEFAULT_RANK
 
     def __post_init__(self) -> None:
         if self.seeds < 1:
             raise ValueError(f"seeds must be >= 1, got {self.seeds}")
-
-
-@dataclass(frozen=True, slots=True)
-class Tuned:
-    """A fine-tuned network's outputs for every row it was asked about."""
-
-    embeddings: Embeddings  # (rows, 384), L2-normalized mean pooling, like the serving encoder
-    head: FloatArray  # (rows,), the network's own gain prediction
-    delta: encoder_delta.EncoderDelta | None  # the compressed change, when delta_rank > 0
+        if self.delta_rank < 1:
+            raise ValueError(f"delta_rank must be >= 1, got {self.delta_rank}")
 
 
 def base_encoder(layers: int = ROUTER_LAYERS, cache_dir: Path = DEFAULT_CACHE_DIR) -> Encoder:
     """The serving encoder WITHOUT the committed delta, exported once into `cache_dir`.
 
-    Fine-tuning starts from the base weights, and the `frozen` baseline of finetune_cv must not see an
-    encoder already fine-tuned on every training row, so neither may use the shipped export.
+    Fine-tuning starts from the base weights, so it must not embed with the shipped export, which is
+    already fine-tuned on every training row.
     """
     out = cache_dir.parent / f"encoder-base-recipe{RECIPE_VERSION}"
     if not out.is_dir():
@@ -185,14 +179,14 @@ def _train_member(
 def fine_tune(
     token_ids: Sequence[Sequence[int]],
     target: FloatArray,
-    train_idx: np.ndarray,
     cfg: FineTuneConfig,
     meta: dict[str, Any] | None = None,
-) -> Tuned:
-    """Fit on `train_idx`, compress the change to `cfg.delta_rank`, then embed and score every row."""
+) -> encoder_delta.EncoderDelta:
+    """Fit on every row (a soup of `cfg.seeds` members), then compress the change to `cfg.delta_rank`."""
     import torch
 
     torch.set_num_threads(cfg.threads)
+    train_idx = np.arange(len(token_ids))
     net = _member(cfg, cfg.seed)
     base = _numpy_state(net.bert)
     _train_member(net, token_ids, target, train_idx, cfg, cfg.seed)
@@ -208,24 +202,8 @@ def fine_tune(
                 total[k] += state[k]
         soup = {k: torch.from_numpy((v / cfg.seeds).astype(first[k].dtype)) for k, v in total.items()}
         net.load_state_dict(soup, strict=False)
-    net.eval()
-    delta = None
-    if cfg.delta_rank > 0:
-        # Measure what ships: the base weights plus the compressed change, not the raw fine-tune.
-        info = {"layers": cfg.layers, "fine_tune": asdict(cfg), **(meta or {})}
-        delta = encoder_delta.compress(base, _numpy_state(net.bert), cfg.delta_rank, info)
-        merged = encoder_delta.apply_to(base, delta)
-        net.bert.load_state_dict({k: torch.from_numpy(v) for k, v in merged.items()})
-    n = len(token_ids)
-    emb = np.zeros((n, HIDDEN), dtype=np.float32)
-    head = np.zeros(n, dtype=np.float64)
-    with torch.no_grad():
-        for start in range(0, n, 256):
-            rows = np.arange(start, min(n, start + 256))
-            pooled = net.pool(*_batch(token_ids, rows))
-            emb[rows] = pooled.numpy()
-            head[rows] = net.head(pooled).squeeze(-1).numpy()
-    return Tuned(embeddings=emb, head=head, delta=delta)
+    info = {"layers": cfg.layers, "fine_tune": asdict(cfg), **(meta or {})}
+    return encoder_delta.compress(base, _numpy_state(net.bert), cfg.delta_rank, info)
 
 
 def delta_meta(cfg: TrainConfig, data: Sequence[Path], exclude: Sequence[Path], rows: int) -> dict[str, Any]:
@@ -253,17 +231,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     cfg = TrainConfig()
-    ft = FineTuneConfig(layers=cfg.layers, delta_rank=args.rank, seeds=args.seeds)
-    if ft.delta_rank < 1:
+    if args.rank < 1:
         raise SystemExit("--rank must be >= 1: the delta is what gets committed")
+    ft = FineTuneConfig(layers=cfg.layers, delta_rank=args.rank, seeds=args.seeds)
     encoder = base_encoder(cfg.layers)
     excluded = load_rows(list(args.exclude)) if args.exclude else ()
     ts = prepare(load_rows(list(args.data)), cfg, encoder, excluded)
     token_ids = [encoder.token_ids(t, cfg.max_tokens) for t in ts.texts[: ts.primary]]
     meta = delta_meta(cfg, args.data, args.exclude, ts.primary)
-    tuned = fine_tune(token_ids, ts.gain[: ts.primary], np.arange(ts.primary), ft, meta)
-    assert tuned.delta is not None  # delta_rank >= 1
-    encoder_delta.save(tuned.delta, args.out)
+    delta = fine_tune(token_ids, ts.gain[: ts.primary], ft, meta)
+    encoder_delta.save(delta, args.out)
     size = args.out.stat().st_size
     print(
         f"encoder delta ({ts.primary} rows, rank {ft.delta_rank}) written to {args.out}, {size} bytes",

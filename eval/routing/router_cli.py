@@ -20,7 +20,6 @@ from typing import Any
 import orjson
 
 from eval.routing.baselines import DEFAULT_STRONG, DEFAULT_WEAK
-from eval.routing.cli_args import add_pair_data
 from router.encoder import ROUTER_LAYERS
 
 
@@ -34,8 +33,13 @@ def register(parser: argparse.ArgumentParser) -> None:
     t.add_argument(
         "--exclude", nargs="*", default=[], metavar="FILE", help="drop training prompts found here"
     )
-    add_pair_data(
-        t, "extra training file scored with its own strong/weak pair (repeatable; never a CV test row)"
+    t.add_argument(
+        "--pair-data",
+        nargs=3,
+        action="append",
+        default=[],
+        metavar=("FILE", "STRONG", "WEAK"),
+        help="extra training file scored with its own strong/weak pair (repeatable; never a CV test row)",
     )
     t.add_argument("--strong", default=DEFAULT_STRONG)
     t.add_argument("--weak", default=DEFAULT_WEAK)

@@ -85,7 +85,7 @@ class PairFile:
 
     @classmethod
     def parse(cls, triples: Sequence[Sequence[str]]) -> list[PairFile]:
-        """`--pair-data FILE STRONG WEAK` values (eval/routing/cli_args.py) as PairFiles."""
+        """`--pair-data FILE STRONG WEAK` values (`llmgw router train`) as PairFiles."""
         return [cls(Path(f), strong, weak) for f, strong, weak in triples]
 
 
@@ -100,8 +100,6 @@ class TrainingSet:
     weak_score: FloatArray
     primary: int
     dropped: dict[str, int] = field(default_factory=dict)
-    # Rows per extra group, in order after the primary rows (one group per `--pair-data` file).
-    extra_sizes: tuple[int, ...] = ()
 
     @property
     def gain(self) -> FloatArray:
@@ -183,7 +181,6 @@ def prepare(
         weak_score=np.concatenate([p.weak_score for p in pairs]),
         primary=len(kept),
         dropped=dropped,
-        extra_sizes=tuple(len(group) for group, _, _ in groups[1:]),
     )
 
 
@@ -309,9 +306,9 @@ def cv_caveat(
 ) -> str | None:
     """Why the CV figures are optimistic, when the encoder was fine-tuned on a training file.
 
-    The honest figures a delta carries (`finetune_cv --save-delta`) name the `--pair-data` files
-    their heads trained on (`cv.pair_data`, none when absent); when those differ from this head's
-    `pair_files`, the note says the figures describe another recipe."""
+    The honest figures a delta carries (measured by fine-tuning inside each fold, doc 008) name the
+    `--pair-data` files their heads trained on (`cv.pair_data`, none when absent); when those differ
+    from this head's `pair_files`, the note says the figures describe another recipe."""
     if delta is None:
         return None
     tuned_on = {d.get("sha256") for d in delta.get("data") or [] if isinstance(d, dict)}
@@ -330,14 +327,14 @@ def cv_caveat(
     else:
         recipe = "the same recipe without the --pair-data rows"
     figures = (
-        f" (measured there for {recipe}: id-CV {honest['id']:.4f}, task-CV {honest['task']:.4f})"
+        f"; measured there for {recipe}: id-CV {honest['id']:.4f}, task-CV {honest['task']:.4f}"
         if isinstance(honest, dict) and {"id", "task"} <= honest.keys()
         else ""
     )
     return (
         f"the encoder was fine-tuned on {', '.join(shared)} (delta {delta.get('file')}), so these CV "
         "folds' test rows were seen by the encoder and the CV APGR is optimistic; the honest figures "
-        f"come from `python -m eval.routing.finetune_cv`{figures} (docs/design/008)"
+        f"come from fine-tuning inside each fold (docs/design/008{figures})"
     )
 
 
