@@ -5,4 +5,10 @@ sse.py       incremental SSE parsing      client.py  one timed request (aiohttp)
 stats.py     percentiles, goodput, knee   sweep.py   levels -> report              report.py  JSON + text
 plot.py      PNGs (lazy matplotlib)       progress.py  stderr progress line      capacity.py  knee vs replicas
 cli.py       `llmgw bench run|capacity`
+
+Used from outside: `cli` (the `llmgw bench` entry point).
 """
+
+from __future__ import annotations
+
+__all__ = ["cli"]

@@ -4,6 +4,11 @@ Flow: `cli` parses flags and a profile into a `SimConfig`, `server.build_app` wi
 (`tokenizer`, `textgen`, `replay`, `engine` + `kvcache`, `stats`) to ASGI, and `runner` drives the engine's
 discrete steps in real time. The engine never does I/O, so the unit tests drive it with a virtual clock.
 See docs/design/002-simulator.md.
+
+Used from outside: `cli` (the `llmgw sim` entry point) and `profile` (`llmgw bench capacity` loads
+simulator profiles).
 """
 
 from __future__ import annotations
+
+__all__ = ["cli", "profile"]

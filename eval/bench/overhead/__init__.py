@@ -21,4 +21,12 @@ Modules: `client` (the request, a raw keep-alive HTTP client, samplers), `static
 (the spine gateway's), `probes` (/proc: RSS, CPU time, core busy), `wrk`, `measure` (latency rounds,
 throughput runs), `limiter` (its policy, the comparison), `report` (percentiles, targets, rendering),
 `run` (orchestration, CLI). Processes are started, pinned and stopped by eval/bench/procs.py.
+`python -m eval.bench.overhead --serve-static PORT` runs the static upstream alone (the peers use it).
+
+Used from outside: `client`, `limiter`, `probes`, `report`, `run` (`environment`) and `wrk` by the peer
+benchmark; `observe_cost` is `make bench-observe`.
 """
+
+from __future__ import annotations
+
+__all__ = ["client", "limiter", "observe_cost", "probes", "report", "run", "wrk"]

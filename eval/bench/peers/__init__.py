@@ -8,7 +8,14 @@ upstream and Redis run on core 1. Rounds are interleaved (direct, A, B, C, ... t
 "added" figure is a difference inside one round, reported as the median over rounds.
 
 Modules: `configs` (policies and peer configs, pure), `floor` (the bare relay), `sides` (starting the
-processes), `sampler` (closed-loop batches with TTFT), `measure` (the rounds), `stats` (medians, added,
+processes), `_sampler` (closed-loop batches with TTFT), `measure` (the rounds), `stats` (medians, added,
 ratios, targets; pure), `report` (Markdown; pure), `run` (orchestration, CLI). Method and results:
 docs/performance.md. Peers are installed by scripts/install-peers into .tools/peers.
+
+Commands besides this one: `profile` (`python -m eval.bench.peers.profile`, where our gateway's time
+goes under load, by cProfile) and `soak` (`make bench-soak`, the memory soak on the same sides).
 """
+
+from __future__ import annotations
+
+__all__ = ["profile", "soak"]

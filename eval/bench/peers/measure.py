@@ -15,7 +15,7 @@ from typing import Any
 
 from eval.bench.overhead.probes import CpuProbe
 from eval.bench.overhead.wrk import run_wrk, wrk_script
-from eval.bench.peers.sampler import timed_batch
+from eval.bench.peers._sampler import timed_batch
 from eval.bench.peers.sides import Side
 
 MODES = ("unary", "stream")

@@ -1,1 +1,11 @@
-"""`python -m eval.bench.pools`: replica picking strategies compared on simulator replicas."""
+"""Replica picking compared on simulator replicas (`make bench-pools`, `python -m eval.bench.pools`).
+
+Two scenarios of issue 5 (docs/design/010): least_load vs round_robin with one 3x slower replica, and
+prefix_affinity vs round_robin with 16 shared system prompts. `_scenarios` stages one run (fresh
+simulators and gateway), `_load` offers the open-loop streaming load, `__main__` compares and reports.
+The command is the package itself: no other package imports from it.
+"""
+
+from __future__ import annotations
+
+__all__: list[str] = []

@@ -18,8 +18,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from eval.bench.pools.load import percentile
-from eval.bench.pools.scenarios import RunResult, Scenario, run, shared_prefix, slow_replica
+from eval.bench.pools._load import percentile
+from eval.bench.pools._scenarios import RunResult, Scenario, run, shared_prefix, slow_replica
 
 
 def summary(r: RunResult) -> dict[str, Any]:

@@ -13,9 +13,10 @@ interpolated inside a run, so RSS can be read against requests too. `--routed` s
 Output: bench-results/soak-<time>.json and soak-<time>.png (RSS over time and over requests) and a short
 table. Modules: `memory` (/proc parsing, the sampling thread), `figures` (requests by time, growth, the
 leak slope, the verdict; pure), `report` (the plot and the table), `run` (the soak and the CLI). The
-pure parts are unit-tested in tests/unit/test_peers_soak.py.
+pure parts are unit-tested in tests/unit/test_peers_soak.py. The command is the package itself: no
+other package imports from it.
 """
 
 from __future__ import annotations
 
-__all__ = ["figures", "memory", "report", "run"]
+__all__: list[str] = []

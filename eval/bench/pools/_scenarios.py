@@ -23,7 +23,7 @@ from typing import Any
 
 import httpx
 
-from eval.bench.pools.load import Result, run_load
+from eval.bench.pools._load import Result, run_load
 from eval.bench.procs import free_port, spawned
 
 MODEL = "bench"
