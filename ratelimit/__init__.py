@@ -6,8 +6,8 @@ with Lua under `ratelimit/lua/`, `ratelimit.memory_backend`) implement the same 
 same contract tests. Nothing here imports the gateway, FastAPI or eval.
 
 Re-exported here: the contract (`ratelimit.model`, `BackendUnavailable`) and the rule resolution and
-costs (`ratelimit.rules`): they load no module that `import ratelimit.model` (the gateway's config
-loading) does not load already (~1 ms for their definitions). The backends and their machinery stay
+costs (`ratelimit.rules`), which add nothing measurable to `import ratelimit.model` (the gateway's
+config loading). The backends and their machinery stay
 in their modules, so that the config path does not load redis, hiredis, asyncio or the window
 arithmetic: `ratelimit.memory_backend` (MemoryBackend), `ratelimit.redis_backend` (RedisBackend,
 SCRIPTS, load_script), `ratelimit.resp` (RespClient), `ratelimit.failover` (FailoverLimiter,

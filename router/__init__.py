@@ -4,50 +4,40 @@ Nothing here imports `gateway`, FastAPI or `eval` (design §2). The difficulty m
 only numpy, onnxruntime and tokenizers; the encoder it runs is exported at build time
 (`make router-encoder`, eval/routing/export_encoder.py).
 
-Re-exported here: the routed alias's configuration (`router.config`), the plan data (`router.plan`),
-the policy (`router.policy`), `request_text` and `RouterArtifactError`: they load no module that
-`import router.config` (the gateway's config loading) does not load already; their own definitions
-cost ~5 ms. The rest of the public API stays in its module, because importing it here would load it
-into every `import router.…`:
+Re-exported here: the routed alias's configuration (`router.config`), `request_text` (`router.text`)
+and `RouterArtifactError`, which add nothing measurable to `import router.config` (the gateway's
+config loading). The rest of the public API stays in its module, because importing it here would
+load it into every `import router.…`:
 
+- the policy and its plan data, pure but ~5% more instructions on the config path (their dataclass
+  and enum definitions): `router.policy` (plan_route, resolve_thresholds, start_tier), `router.plan`
+  (Plan, Step, Call, Answer, EscalationReason, total_cost, total_tokens);
+- the cascade and its scorers (json and the feature regexes, ~12 ms more on the config path):
+  `router.cascade` (Cascade, Accept, Escalate, Fail), `router.scorers` (Scorer, TrainedAnswerScorer,
+  Agreement, LogprobConfidence, ScorerArtifactError, build_scorer), `router.answers` (FinalAnswer,
+  final_answer, last_question, options), `router.answer_features` (features, context_features,
+  N_FEATURES, DENSE, HASH_BUCKETS, CONTEXT_BUCKETS);
 - numpy (and, on first use, onnxruntime + tokenizers): `router.difficulty` (DifficultyModel,
   DEFAULT_MAX_BATCH), `router.embedding` (QuestionEmbedder), `router.encoder` (Encoder, Embeddings,
   ROUTER_LAYERS, FULL_LAYERS, ENCODER_MANIFEST, PROBE_TEXT, default_encoder_dir, variant_file),
   `router.artifact` (load_artifact, write_artifact, sha256_file, default_artifact_dir), `router.head`
   (Head, Component, fit_knn, fit_ridge, empirical_cdf, quantize_rows, to_share), `router.lexical`
-  (LexicalComponent, fit_lexical, hashed_terms, LEXICAL_CHARS);
-- the cascade and its scorers (json and the feature regexes, ~12 ms more on the config path):
-  `router.cascade` (Cascade, Accept, Escalate, Fail), `router.scorers` (Scorer, TrainedAnswerScorer,
-  Agreement, LogprobConfidence, ScorerArtifactError, build_scorer), `router.answers` (FinalAnswer,
-  final_answer, last_question, options), `router.answer_features` (features, context_features,
-  N_FEATURES, DENSE, HASH_BUCKETS, CONTEXT_BUCKETS).
+  (LexicalComponent, fit_lexical, hashed_terms, LEXICAL_CHARS).
 """
 
 from __future__ import annotations
 
 from router.artifact_error import RouterArtifactError
 from router.config import AgreementScorer, LogprobScorer, Price, RoutingPolicy, Tier, TrainedScorer
-from router.plan import Answer, Call, EscalationReason, Plan, Step, total_cost, total_tokens
-from router.policy import plan_route, resolve_thresholds, start_tier
 from router.text import request_text
 
 __all__ = [
     "AgreementScorer",
-    "Answer",
-    "Call",
-    "EscalationReason",
     "LogprobScorer",
-    "Plan",
     "Price",
     "RouterArtifactError",
     "RoutingPolicy",
-    "Step",
     "Tier",
     "TrainedScorer",
-    "plan_route",
     "request_text",
-    "resolve_thresholds",
-    "start_tier",
-    "total_cost",
-    "total_tokens",
 ]
