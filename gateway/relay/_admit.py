@@ -35,14 +35,11 @@ class Admit:
         prep, decided, tenant = ctx.prep, ctx.decided, ctx.tenant
         assert prep is not None and tenant is not None
         body = ctx.body
-        client_max = body.get("max_completion_tokens", body.get("max_tokens"))
         n = body.get("n") or 1
         calls = decided.calls if decided is not None and decided.plan.cascade else 1
         granted = (prep.max_tokens or 0) * n * calls
         admissions = self._admissions
-        ctx.topup = (
-            prep.stream and client_max is None and calls == 1 and granted > admissions.stream_chunk_tokens
-        )
+        ctx.topup = prep.stream and ctx.open_ended and calls == 1 and granted > admissions.stream_chunk_tokens
         if ctx.topup:
             # Meter the stream as it runs (vLLM: cumulative usage on every chunk).
             prep.body["stream_options"]["continuous_usage_stats"] = True

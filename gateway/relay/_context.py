@@ -22,7 +22,7 @@ from gateway.routing.table import Decided
 class RequestContext(Exchange):
     __slots__ = (
         "headers", "t0", "body", "alias", "route", "decided", "prep", "ticket", "pending", "admitting",
-        "look", "hit", "topup", "key",
+        "look", "hit", "open_ended", "topup", "key",
     )  # fmt: skip
 
     def __init__(self, kind: Kind, headers: RequestHeaders, rid: bytes, t0: float) -> None:
@@ -40,5 +40,6 @@ class RequestContext(Exchange):
         self.admitting: asyncio.Task[Ticket] | None = None  # a speculative admission (limits.speculative)
         self.look: Lookup | None = None  # a cache lookup (the answer is stored on success)
         self.hit = False  # a cache hit answered
+        self.open_ended = False  # the client set no max_tokens / max_completion_tokens
         self.topup = False  # a stream metered as it runs and topped up (budget.admission)
         self.key: int | None = None  # the prefix-affinity key for the replica picker

@@ -182,7 +182,9 @@ class Relay:
             raise InvalidRequestError(
                 f"the model '{ctx.alias}' does not support the {kind.value} endpoint", param="model"
             )
-        prep = ctx.prep = prepare(kind, ctx.body, route.model, route.pool.config.model)
+        body = ctx.body
+        ctx.open_ended = body.get("max_completion_tokens", body.get("max_tokens")) is None
+        prep = ctx.prep = prepare(kind, body, route.model, route.pool.config.model)
         ctx.stream = prep.stream
 
     async def _call(self, ctx: RequestContext, route: Route, send: Send) -> None:
