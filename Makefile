@@ -35,6 +35,8 @@ check: lint typecheck
 lint: $(STAMP)
 	$(BIN)/ruff check gateway eval ratelimit pools router cache tests scripts
 	$(BIN)/ruff format --check gateway eval ratelimit pools router cache tests scripts
+	@# issue 23's layout rules: modules <= 400 lines; gateway functions <= 60 lines, <= 6 parameters
+	$(BIN)/python scripts/check_layout.py
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from eval.routing.baselines import baseline_table, fit_task_prior, format_table
-from eval.routing.data import Row, RoutingDataError, load_rows, tier_outcomes
+from eval.routing.data import RoutingDataError, Row, load_rows, tier_outcomes
 from eval.routing.metrics import routing_curve, single_model_points
 from eval.routing.plot import plot_cost_quality, plot_quality_vs_share
 
