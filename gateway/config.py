@@ -101,7 +101,7 @@ class SemanticCache(_Frozen):
         gt=0,
         le=1,
         description="cosine similarity of the last user turn's embedding for a hit "
-        "(eval/cache/semantic_eval.py)",
+        "(eval/bench/cache/semantic_eval.py)",
     )
     ttl_s: float = Field(3600.0, gt=0, description="how long a semantic entry may answer")
 
