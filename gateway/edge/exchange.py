@@ -31,6 +31,14 @@ Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 
+# Response heads the relay and the cascade runner send (a stream's: no caching, no proxy buffering).
+JSON_HEADERS = [(b"content-type", b"application/json")]
+SSE_HEADERS = [
+    (b"content-type", b"text/event-stream; charset=utf-8"),
+    (b"cache-control", b"no-cache"),
+    (b"x-accel-buffering", b"no"),  # tell nginx-style proxies in front of us not to buffer the stream
+]
+
 _REQUEST_ID_OK = re.compile(rb"^[A-Za-z0-9._:\-]{1,128}$")
 
 

@@ -11,19 +11,12 @@ from __future__ import annotations
 from cache.entry import replay, usage_of
 from gateway.budget.admission import Admissions
 from gateway.config import CACHE_POOL
-from gateway.edge.exchange import Kind, RequestIds, Send
+from gateway.edge.exchange import JSON_HEADERS, SSE_HEADERS, Kind, RequestIds, Send
 from gateway.observability.tracing import TraceHooks
 from gateway.relay._context import RequestContext
 from gateway.relay.normalize import prepare
 from gateway.relay.response_cache import BYPASS, MISS, ResponseCache
 from gateway.routing.table import Routes
-
-JSON_HEADERS = [(b"content-type", b"application/json")]
-SSE_HEADERS = [
-    (b"content-type", b"text/event-stream; charset=utf-8"),
-    (b"cache-control", b"no-cache"),
-    (b"x-accel-buffering", b"no"),  # tell nginx-style proxies in front of us not to buffer the stream
-]
 
 
 class CacheStage:
@@ -58,6 +51,12 @@ class CacheStage:
         cache.counted(alias, status, None)
         ctx.cache = status
         return False
+
+    def remember(self, ctx: RequestContext) -> None:
+        """Store a missed request's answer once it succeeded whole."""
+        look = ctx.look
+        if look is not None and ctx.status == 200 and not ctx.broken:
+            self._cache.remember(look, ctx.stream, b"".join(ctx.capture or ()), ctx.usage_in, ctx.usage_out)
 
     def _reply(self, ctx: RequestContext, entry: bytes) -> bytes | None:
         """The bytes to send for a hit, or None when the entry cannot serve this request (then it is a

@@ -14,13 +14,11 @@ import contextlib
 from time import perf_counter
 
 from gateway.budget.admission import Admissions, Ticket
-from gateway.edge.exchange import Kind, Send
+from gateway.edge.exchange import SSE_HEADERS, Kind, Send
 from gateway.errors import UpstreamError, UpstreamUnavailableError
 from gateway.observability.metrics import Metrics
 from gateway.relay._admit import Admit
-from gateway.relay._cached import SSE_HEADERS
 from gateway.relay._context import RequestContext
-from gateway.relay._unary import count_usage
 from gateway.routing.route import Route
 from gateway.upstream.calls import UPSTREAM_FAILURES, CallSpec, OpenStream, PoolCalls
 from gateway.upstream.sse import error_event
@@ -129,7 +127,7 @@ class StreamCall:
             ctx.record(splitter.usage)
         else:
             ctx.usage_out = splitter.events
-        count_usage(route, ctx)
+        route.count_usage(ctx.usage_in, ctx.usage_out)
         ct = ctx.usage_out
         if splitter.saw_done and ct > 1 and t_last > t_first:
             ctx.tpot = (t_last - t_first) / (ct - 1)

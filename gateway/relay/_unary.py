@@ -9,11 +9,10 @@ from time import perf_counter
 
 import orjson
 
-from gateway.edge.exchange import Send
+from gateway.edge.exchange import JSON_HEADERS, Send
 from gateway.errors import UpstreamError
 from gateway.observability.metrics import Metrics
 from gateway.relay._admit import Admit
-from gateway.relay._cached import JSON_HEADERS
 from gateway.relay._context import RequestContext
 from gateway.routing.route import Route
 from gateway.upstream.calls import CallSpec, PoolCalls
@@ -39,7 +38,7 @@ class UnaryCall:
             self._metrics.upstream_errors.labels(pool.config.name, "malformed").inc()
             raise UpstreamError(f"pool '{pool.config.name}' returned a malformed response")
         ctx.record(parsed.get("usage"))
-        count_usage(route, ctx)
+        route.count_usage(ctx.usage_in, ctx.usage_out)
         if ctx.capture is not None:
             ctx.capture.append(data)
         ctx.done()
@@ -58,8 +57,3 @@ class UnaryCall:
         await send({"type": "http.response.body", "body": data, "more_body": False})
         self._metrics.overhead_of(ctx.kind.value).observe(overhead + perf_counter() - t_back)
         ctx.status = 200
-
-
-def count_usage(route: Route, ctx: RequestContext) -> None:
-    route.metrics.input_tokens.inc(ctx.usage_in)
-    route.metrics.output_tokens.inc(ctx.usage_out)

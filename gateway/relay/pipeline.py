@@ -96,7 +96,6 @@ class Relay:
         self._unary = UnaryCall(calls, self._admit, metrics)
         self._stream = StreamCall(calls, self._admit, parts.admissions, metrics)
         self._cascades = CascadeRunner(metrics, calls, trace)
-        self._cache = parts.cache
         self._cached = (
             CacheStage(parts.cache, self._routes, parts.admissions, parts.ids, trace) if parts.cache else None
         )
@@ -144,9 +143,8 @@ class Relay:
             await self._call(ctx, route, send)
         finally:
             inflight.dec()
-        look = ctx.look
-        if look is not None and ctx.status == 200 and not ctx.broken and self._cache is not None:
-            self._cache.remember(look, ctx.stream, b"".join(ctx.capture or ()), ctx.usage_in, ctx.usage_out)
+        if self._cached is not None:
+            self._cached.remember(ctx)
 
     async def _authenticate(self, ctx: RequestContext) -> None:
         h = ctx.headers

@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 
 from gateway.budget.admission import Ticket
-from gateway.edge.exchange import Exchange, Kind, Send
+from gateway.edge.exchange import JSON_HEADERS, SSE_HEADERS, Exchange, Kind, Send
 from gateway.errors import GatewayError, UpstreamError
 from gateway.observability.metrics import Metrics
 from gateway.observability.tracing import NoTracing, TraceHooks
@@ -24,13 +24,6 @@ from gateway.routing.table import Decided
 from gateway.upstream.calls import CallSpec, PoolCalls
 from router.cascade import Accept, Escalate
 from router.plan import Answer, Call
-
-_JSON = (b"content-type", b"application/json")
-_SSE = [
-    (b"content-type", b"text/event-stream; charset=utf-8"),
-    (b"cache-control", b"no-cache"),
-    (b"x-accel-buffering", b"no"),
-]
 
 
 class CascadeRunner:
@@ -64,16 +57,14 @@ class CascadeRunner:
         self, d: Decided, body: dict[str, Any], client_usage: bool, req: Exchange, ticket: Ticket, send: Send
     ) -> Route:
         """Answer the client; returns the route of the tier that answered (`req.status` is 200 then)."""
-        accepted, bodies = await self._decide(d, body, req)
+        accepted, bodies, usage = await self._decide(d, body, req)
         route = d.routes[accepted.tier]
         escalations = len(accepted.state.escalations)
         if req.notes is not None:
             req.notes["escalations"] = escalations
         name = route.pool.config.name
         self._metrics.router_decisions.labels(d.alias.name, name, "true" if escalations else "false").inc()
-        route.metrics.input_tokens.inc(req.usage_in)
-        route.metrics.output_tokens.inc(req.usage_out)
-        usage = {**summed_usage(accepted.state.answers)}
+        route.count_usage(usage["prompt_tokens"], usage["completion_tokens"])
         parsed = {**bodies[accepted.answer.call], "usage": usage}
         extra = [
             (b"x-request-id", req.rid),
@@ -84,10 +75,10 @@ class CascadeRunner:
         req.done()
         if body.get("stream"):
             data = sse_of(parsed, usage if client_usage else None)
-            await send({"type": "http.response.start", "status": 200, "headers": [*_SSE, *extra]})
+            await send({"type": "http.response.start", "status": 200, "headers": [*SSE_HEADERS, *extra]})
         else:
             data = orjson.dumps(parsed)
-            start = [_JSON, (b"content-length", str(len(data)).encode()), *extra]
+            start = [*JSON_HEADERS, (b"content-length", str(len(data)).encode()), *extra]
             await send({"type": "http.response.start", "status": 200, "headers": start})
         if req.capture is not None:
             req.capture.append(data)
@@ -97,7 +88,7 @@ class CascadeRunner:
 
     async def _decide(
         self, d: Decided, body: dict[str, Any], req: Exchange
-    ) -> tuple[Accept, dict[Call, dict[str, Any]]]:
+    ) -> tuple[Accept, dict[Call, dict[str, Any]], dict[str, int]]:
         """Make the plan's calls, step by step, until the judge accepts one (or every call of the last
         step failed: that failure is raised). What every call cost is recorded on `req` either way."""
         cascade, name = d.alias.cascade, d.alias.name
@@ -118,7 +109,8 @@ class CascadeRunner:
                 break
             self._metrics.router_escalations.labels(name, decision.reason.value).inc()
             state, step = decision.state, decision.step
-        req.record(summed_usage(decision.state.answers))  # charged to the tenant at settlement
+        usage = summed_usage(decision.state.answers)
+        req.record(usage)  # what every call cost, charged to the tenant at settlement
         req.costs = [
             (d.routes[a.call.tier].pool.config.name, a.cost_usd)
             for a in decision.state.answers
@@ -127,4 +119,4 @@ class CascadeRunner:
         if not isinstance(decision, Accept):
             # Every call of the last step failed: the client gets that failure, usage is still settled.
             raise errors[0] if errors else UpstreamError(f"routed model '{name}' has no answer")
-        return decision, bodies
+        return decision, bodies, usage

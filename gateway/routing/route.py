@@ -14,3 +14,7 @@ class Route:
     model: Model
     pool: PoolClient
     metrics: AliasMetrics
+
+    def count_usage(self, input_tokens: int, output_tokens: int) -> None:
+        self.metrics.input_tokens.inc(input_tokens)
+        self.metrics.output_tokens.inc(output_tokens)
