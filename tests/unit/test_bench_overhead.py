@@ -333,6 +333,14 @@ def test_sides_put_the_limiters_spine_before_the_limiter() -> None:
     ]
 
 
+def test_sides_put_the_before_gateway_beside_ours_in_every_round() -> None:
+    direct, gw, before, lim = (Side(n, i, i) for i, n in enumerate(("direct", "gateway", "before", "limiter")))
+    ep = Endpoints(direct, gw, 0, lim, before=before)
+    assert [s.name for s in ep.sides()] == ["direct", "gateway", "before", "limiter"]
+    assert [s.name for s in ep.sides(with_limiter=False)] == ["direct", "gateway", "before"]
+    assert [s.name for s in rotated(ep.sides(with_limiter=False), 1)] == ["gateway", "before", "direct"]
+
+
 def test_core_use_sums_batches_per_core() -> None:
     use = CoreUse()
     use.add({0: (10, 100, 0), 1: (0, 100, 0)}, {0: (60, 200, 0), 1: (100, 200, 0)})

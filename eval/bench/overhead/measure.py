@@ -52,13 +52,16 @@ class Options:
     # simulator there, Redis, the simulator and the client saturate the load core); "shared": both use
     # the main upstream and the limiter is compared with the main gateway.
     limiter_upstream: str = "static"
+    # Another checkout's gateway, measured as side "before" beside ours in the same rounds (a change's
+    # before/after in one run, on one machine state).
+    before: Path | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Side:
     """One thing the load is sent to. `pid` is the gateway whose CPU a run is charged to."""
 
-    name: str  # "direct", "gateway" (the spine), "spine" (the limiter's spine) or "limiter"
+    name: str  # "direct", "gateway" (the spine), "before", "spine" (the limiter's spine) or "limiter"
     port: int
     pid: int
     headers: tuple[tuple[str, str], ...] = ()
@@ -75,11 +78,13 @@ class Endpoints:
     upstream_pid: int
     limiter: Side | None = None
     spine: Side | None = None  # the limiter's spine when it has its own upstream; else `gateway` is it
+    before: Side | None = None  # `--before`: another checkout's spine gateway on the same upstream
 
     def sides(self, with_limiter: bool = True) -> tuple[Side, ...]:
+        main = (self.direct, self.gateway, *((self.before,) if self.before else ()))
         if not with_limiter or self.limiter is None:
-            return (self.direct, self.gateway)
-        return (self.direct, self.gateway, *((self.spine,) if self.spine else ()), self.limiter)
+            return main
+        return (*main, *((self.spine,) if self.spine else ()), self.limiter)
 
 
 def rotated(sides: Sequence[Side], r: int) -> list[Side]:
@@ -157,6 +162,10 @@ async def measure_latency(opts: Options, ep: Endpoints, progress: Callable[[str]
                 row["added_p50_ms"] = round(g["p50_ms"] - d["p50_ms"], 4)
                 row["added_p90_ms"] = round(g["p90_ms"] - d["p90_ms"], 4)
                 row["added_p99_ms"] = round(g["p99_ms"] - d["p99_ms"], 4)
+                b = row.get("before")
+                if b is not None and b.get("n"):
+                    for q in ("p50", "p90", "p99"):
+                        row[f"before_added_{q}_ms"] = round(b[f"{q}_ms"] - d[f"{q}_ms"], 4)
             results[f"{mode}@{c}"] = row
         for cs in by_side.values():
             close_all(cs)
@@ -224,6 +233,11 @@ async def measure_throughput(
             "upstream_bound": bool(ratio is not None and ratio >= UPSTREAM_BOUND_RATIO),
             "client_bound_possible": not opts.use_wrk,
         }
+        prior = best.get("before")
+        if prior is not None and g_rps:
+            results[mode]["before_rps"] = prior["rps"]
+            results[mode]["before_best"] = prior
+            results[mode]["gateway_over_before"] = round(g_rps / prior["rps"], 3) if prior["rps"] else None
         lim = best.get("limiter")
         if lim is not None:
             # The limiter's ratio is over the spine it is compared with (its own, or the gateway).

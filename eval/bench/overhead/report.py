@@ -202,6 +202,8 @@ def render(report: dict[str, Any]) -> str:
             errors = sum(r.get("errors", 0) for r in row["runs"])
             if errors:
                 lines.append(f"{'':<7}!! {errors} failed requests")
+    if cfg.get("before"):
+        lines += render_before(report)
     mem = report.get("memory") or {}
     lines += [
         "",
@@ -220,6 +222,41 @@ def render(report: dict[str, Any]) -> str:
     for w in report.get("warnings", []):
         lines.append(f"  note: {w}")
     return "\n".join(lines)
+
+
+def _ratio(after: Any, before: Any) -> str:
+    ok = isinstance(after, int | float) and isinstance(before, int | float) and before > 0
+    return f"{after / before:.2f}x" if ok else "-"
+
+
+def render_before(report: dict[str, Any]) -> list[str]:
+    """Ours against `--before` (the same rounds, upstream and core): added latency and throughput."""
+    env = report["environment"]
+    lines = [
+        "",
+        f"Before/after: before = {report['config']['before']} (commit {env.get('before_commit')}), "
+        f"after = this checkout (commit {env['git_commit']})",
+        f"{'mode':<7}{'conc':>5} | {'added p50 before':>16}{'after':>8}{'ratio':>7} | "
+        f"{'added p99 before':>16}{'after':>8}{'ratio':>7}",
+    ]
+    for row in report["latency"].values():
+        b50, a50 = row.get("before_added_p50_ms"), row.get("added_p50_ms")
+        b99, a99 = row.get("before_added_p99_ms"), row.get("added_p99_ms")
+        lines.append(
+            f"{row['mode']:<7}{row['concurrency']:>5} | {_fmt(b50):>16}{_fmt(a50):>8}{_ratio(a50, b50):>7} | "
+            f"{_fmt(b99):>16}{_fmt(a99):>8}{_ratio(a99, b99):>7}"
+        )
+    lines.append(
+        f"{'mode':<7} | {'req/s before':>12}{'after':>8}{'ratio':>7} | {'cpu us/req before':>17}{'after':>8}"
+    )
+    for row in report["throughput"].values():
+        b_cpu = (row.get("before_best") or {}).get("cpu", {}).get("gateway_cpu_us_per_req")
+        a_cpu = (row.get("gateway_best") or {}).get("cpu", {}).get("gateway_cpu_us_per_req")
+        b_rps, a_rps = _fmt(row.get("before_rps"), ",.0f"), _fmt(row["gateway_rps"], ",.0f")
+        ratio = _fmt(row.get("gateway_over_before"), ".2f")
+        cpus = f"{_fmt(b_cpu, '.1f'):>17}{_fmt(a_cpu, '.1f'):>8}"
+        lines.append(f"{row['mode']:<7} | {b_rps:>12}{a_rps:>8}{ratio:>7} | {cpus}")
+    return lines
 
 
 def _histogram_line(label: str, h: dict[str, Any]) -> str:

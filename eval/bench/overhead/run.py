@@ -41,15 +41,15 @@ from eval.bench.procs import (
 from gateway.tenancy.keys import generate_key, hash_key
 
 
-def _git(*args: str) -> str:
+def _git(*args: str, cwd: Path = ROOT) -> str:
     try:
-        out = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=False, timeout=5)
+        out = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=False, timeout=5)
     except (OSError, subprocess.TimeoutExpired):
         return ""
     return out.stdout.strip()
 
 
-def environment() -> dict[str, Any]:
+def environment(before: Path | None = None) -> dict[str, Any]:
     cpu_model = platform.processor() or ""
     with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
         for line in f:
@@ -75,6 +75,7 @@ def environment() -> dict[str, Any]:
         "gateway_dirty": bool(_git("status", "--porcelain", "--", "gateway")),
         "gateway_version": gw_version,
         "wrk": wrk_version,
+        "before_commit": (_git("rev-parse", "--short", "HEAD", cwd=before) or "?") if before else None,
     }
 
 
@@ -103,8 +104,18 @@ def _start(
     )
     direct = Side("direct", up_port, up.pid)
     main = Side("gateway", gw_port, gw.pid)
+    before: Side | None = None
+    if opts.before is not None:
+        b_port = free_port()
+        progress(f"starting the before gateway ({opts.before}) on :{b_port}")
+        b_env = {**quiet, "PYTHONPATH": str(opts.before)}
+        b_log = work / "before.log"
+        b = stack.enter_context(
+            spawned(_serve(policy, b_port), opts.gateway_cpu, _healthz(b_port), b_log, b_env, cwd=opts.before)
+        )
+        before = Side("before", b_port, b.pid)
     if not opts.limiter:
-        return Endpoints(direct, main, up.pid)
+        return Endpoints(direct, main, up.pid, before=before)
 
     redis_port, lim_port = free_port(), free_port()
     redis_url = f"redis://127.0.0.1:{redis_port}/0"
@@ -154,7 +165,7 @@ def _start(
     )
     auth = (("Authorization", f"Bearer {key}"),)
     limiter = Side("limiter", lim_port, lim.pid, auth, upstream_pid=lim_up_pid)
-    return Endpoints(direct, main, up.pid, limiter, spine)
+    return Endpoints(direct, main, up.pid, limiter, spine, before)
 
 
 def _serve(policy: Path, port: int) -> list[str]:
@@ -258,8 +269,9 @@ def run_benchmark(opts: Options, argv: Sequence[str]) -> dict[str, Any]:
             "limiter_concurrency": list(opts.limiter_concurrency) if opts.limiter else [],
             "speculative": opts.speculative,
             "limiter_upstream": opts.limiter_upstream,
+            "before": str(opts.before) if opts.before else None,
         },
-        "environment": environment(),
+        "environment": environment(opts.before),
         "latency": latency,
         "throughput": throughput,
         "memory": memory,
@@ -317,6 +329,13 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         "load core (upstream, Redis, client) does not saturate; shared: both use --upstream and the "
         "limiter is compared with the main gateway",
     )
+    p.add_argument(
+        "--before",
+        type=Path,
+        metavar="CHECKOUT",
+        help="also measure the gateway of another checkout (e.g. a `git worktree` of the parent commit) "
+        "in the same rounds, on the same upstream and core: a change's before/after in one run",
+    )
     p.add_argument("--out", type=Path, default=Path("bench-results/overhead.json"), help="JSON report path")
     p.add_argument("--serve-static", type=int, metavar="PORT", help=argparse.SUPPRESS)
     return p.parse_args(list(argv))
@@ -346,6 +365,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         limiter_concurrency=tuple(int(x) for x in args.limiter_concurrency.split(",") if x),
         speculative=args.speculative,
         limiter_upstream=args.limiter_upstream,
+        before=args.before.resolve() if args.before else None,
     )
     report = run_benchmark(opts, ["python", "-m", "eval.bench.overhead", *args_list])
     print(render(report))
