@@ -152,6 +152,36 @@ class Metrics:
             ["outcome"],
             registry=r,
         )
+        self.usage_missing = Counter(
+            "llmgw_ratelimit_usage_missing",
+            "Answers a pool sent without usage: the request is charged its reservation",
+            ["pool"],
+            registry=r,
+        )
+        self.usage_invalid = Counter(
+            "llmgw_ratelimit_usage_invalid",
+            "Usage a pool reported that is not a sane token count (negative, not an integer, absurd): "
+            "clamped to the reservation, by reason",
+            ["pool", "reason"],
+            registry=r,
+        )
+        self.auth_stale_keys = Counter(
+            "llmgw_auth_stale_keys",
+            "Requests authenticated from the stale key cache while the key store was unavailable",
+            registry=r,
+        )
+        self.key_store_degraded = Gauge(
+            "llmgw_auth_key_store_degraded",
+            "1 while the key store is unavailable and known keys are served from the stale cache",
+            registry=r,
+        )
+        self.key_invalidations = Counter(
+            "llmgw_auth_key_invalidations",
+            "Key cache entries dropped on revocation, by source (local: this process revoked it; "
+            "broadcast: another replica did)",
+            ["source"],
+            registry=r,
+        )
         self.limiter_latency = Histogram(
             "llmgw_ratelimit_backend_seconds",
             "Latency of the limiter's admission call (one Redis round trip with the Redis backend)",
