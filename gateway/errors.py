@@ -96,6 +96,20 @@ class RequestTooLargeError(GatewayError):
     default_code = "request_too_large"
 
 
+class RequestTimeoutError(GatewayError):
+    """The client did not send its request (headers, or body at a minimum rate) in time."""
+
+    status = 408
+    type = "invalid_request_error"
+    default_code = "request_timeout"
+
+
+class HeadersTooLargeError(GatewayError):
+    status = 431
+    type = "invalid_request_error"
+    default_code = "request_headers_too_large"
+
+
 class ConflictError(GatewayError):
     """The request conflicts with existing state (a key id already taken, a config key revoked)."""
 
