@@ -11,7 +11,10 @@ A rule's base key (passed to the scripts in KEYS):
 
 `<scope>` is percent-encoded (RFC 3986, nothing kept but letters, digits and `_.-~`), so `:`, `{`, `}`,
 `/`, `*` and `%` never appear raw: two different scopes can never produce the same key, and a scope
-cannot open a second hash tag. The scripts derive the per-rule keys from the base key by suffix:
+cannot open a second hash tag. A scope made of several names (the app level: org and app) is built by
+`scope_id`, which escapes each part before joining them with `/`: org `acme` / app `x/y` is `acme/x%2Fy`
+and org `acme/x` / app `y` is `acme%2Fx/y`, so two tenants never share a bucket (the response cache
+builds its tenant scopes the same way). The scripts derive the per-rule keys from the base key by suffix:
 
     <base>:sw        minute rules: HASH sub-window n (= floor(server_ms / sub_window_ms)) -> settled
                      usage, plus `t` (the sum of those fields) and `h` (the newest n); kept until its
@@ -45,6 +48,15 @@ from ratelimit.model import Rule
 
 def hash_tag(key_prefix: str) -> str:
     return "{" + key_prefix + "}"
+
+
+def scope_id(*parts: str) -> str:
+    """One scope id of several names (org, app): each part escaped on its own, then joined with `/`.
+
+    Joining raw names is ambiguous (`acme` + `x/y` and `acme/x` + `y` both give `acme/x/y`); escaping
+    every part (`/` and `%` included) first makes the id injective in its parts.
+    """
+    return "/".join(quote(p, safe="") for p in parts)
 
 
 def encode_scope(scope: str) -> str:

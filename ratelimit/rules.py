@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ratelimit.keys import scope_id
 from ratelimit.model import SHARED_LEVELS, Dimension, Level, LevelLimits, LimitsConfig, Rule, Tenant
 
 
@@ -10,9 +11,11 @@ def resolve_rules(config: LimitsConfig, tenant: Tenant, pool: str) -> tuple[Rule
     if tier is None:
         raise KeyError(f"unknown tier '{tenant.tier}'")
     levels: list[tuple[Level, str, LevelLimits]] = [
-        (Level.KEY, tenant.key_id, tier.key.merged(tenant.key_limits)),
-        (Level.APP, f"{tenant.org}/{tenant.app}", tier.app.merged(tenant.app_limits)),
-        (Level.ORG, tenant.org, tier.org.merged(tenant.org_limits)),
+        # Every tenant scope escapes its parts (ratelimit.keys.scope_id): org `acme` / app `x/y` and
+        # org `acme/x` / app `y` are different buckets.
+        (Level.KEY, scope_id(tenant.key_id), tier.key.merged(tenant.key_limits)),
+        (Level.APP, scope_id(tenant.org, tenant.app), tier.app.merged(tenant.app_limits)),
+        (Level.ORG, scope_id(tenant.org), tier.org.merged(tenant.org_limits)),
         (Level.GLOBAL, "*", config.global_),
     ]
     pool_limits = config.pools.get(pool)

@@ -33,6 +33,7 @@ from gateway.errors import InvalidRequestError
 from gateway.observability.metrics import Metrics
 from gateway.routing.aliases import RoutedAlias
 from gateway.settings import Settings
+from ratelimit.keys import scope_id
 from ratelimit.model import Tenant
 from ratelimit.resp import RespClient
 from router.artifact_error import RouterArtifactError
@@ -314,8 +315,10 @@ def build_cache(
 
 
 def _scope(cfg: ModelCache, tenant: Tenant) -> str:
+    # Each part escaped on its own (ratelimit.keys.scope_id): org `acme` / app `x/y` and org `acme/x` /
+    # app `y` must not share answers.
     if cfg.scope == "key":
-        return f"key:{tenant.key_id}"
+        return "key:" + scope_id(tenant.key_id)
     if cfg.scope == "app":
-        return f"app:{tenant.org}/{tenant.app}"
-    return f"org:{tenant.org}"
+        return "app:" + scope_id(tenant.org, tenant.app)
+    return "org:" + scope_id(tenant.org)
