@@ -98,6 +98,7 @@ class GatewayApp:
                 admissions=parts.admissions,
                 ids=self.ids,
                 max_body_bytes=self.settings.max_body_bytes,
+                max_json_depth=self.settings.max_json_depth,
                 routed=self.routed,
                 observer=self.observer,
                 cache=self.cache,

@@ -50,6 +50,31 @@ class Settings(BaseSettings):
     trace_sample_ratio: float = Field(
         1.0, ge=0, le=1, description="share of new traces sampled (a sampled caller's trace is kept)"
     )
+    # The edge's limits on what a client controls before the app runs (gateway/edge/protocol.py).
+    max_header_bytes: int = Field(
+        32 * 1024, ge=1024, description="request line + headers larger than this get 431"
+    )
+    max_headers: int = Field(100, ge=8, description="requests with more header lines get 431")
+    header_timeout_s: float = Field(
+        10.0, gt=0, description="request line and headers must arrive within this (else 408)"
+    )
+    body_timeout_s: float = Field(60.0, gt=0, description="a request body must arrive within this (else 408)")
+    body_min_rate: int = Field(
+        1024, ge=0, description="bytes/s a request body must average after its first second (else 408)"
+    )
+    write_stall_s: float = Field(
+        30.0,
+        gt=0,
+        description="a client that reads nothing of its response this long is dropped (the pool call is "
+        "cancelled and the reservation settled)",
+    )
+    max_connections: int = Field(
+        4096, ge=1, description="open client connections per process; more are answered 503 at once"
+    )
+    keepalive_timeout_s: float = Field(5.0, gt=0, description="idle keep-alive connections close after this")
+    max_json_depth: int = Field(
+        64, ge=4, le=200, description="request bodies nested deeper (objects/arrays) get 400"
+    )
     drain_seconds: float = Field(30.0, ge=0, description="graceful shutdown window on SIGTERM")
     drain_delay_s: float = Field(
         3.0,

@@ -76,6 +76,9 @@ def build_api(app: GatewayApp) -> FastAPI:
         version=__version__,
         lifespan=app.lifespan,
         description="OpenAI-compatible gateway over self-hosted model pools.",
+        # A trailing slash is a 404 like any unknown path: Starlette's 307 builds its Location from
+        # the client's Host header.
+        redirect_slashes=False,
     )
     api.openapi = lambda: _openapi(api, [m.name for m in app.policy.models])  # type: ignore[method-assign]
     _relay_routes(api, app)
@@ -139,11 +142,12 @@ def _service_routes(api: FastAPI, app: GatewayApp) -> None:
         )
         return ModelList(data=[ModelCard(id=a, created=created, owned_by="llm-gateway") for a in aliases])
 
-    @api.get("/healthz", include_in_schema=False)
+    # HEAD too: load balancers and uptime checkers probe with it.
+    @api.api_route("/healthz", methods=["GET", "HEAD"], include_in_schema=False)
     def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
-    @api.get("/readyz", include_in_schema=False)
+    @api.api_route("/readyz", methods=["GET", "HEAD"], include_in_schema=False)
     def readyz() -> JSONResponse:
         rt = app.runtime
         if rt is None or rt.draining or not app.ready:

@@ -15,6 +15,7 @@ import uvicorn
 
 from gateway.app import GatewayApp
 from gateway.config import ConfigError, Policy, default_policy, load_policy
+from gateway.edge.protocol import EdgeLimits, guarded_protocol
 from gateway.parts import check_deployment
 from gateway.routing.aliases import build_routed
 from gateway.settings import Settings
@@ -28,6 +29,25 @@ def create_app() -> GatewayApp:
     """Factory for `uvicorn --factory gateway.edge.server:create_app` (used by multi-worker serving)."""
     settings = Settings()
     return GatewayApp(load(settings), settings)
+
+
+_EDGE = (
+    "max_header_bytes",
+    "max_headers",
+    "header_timeout_s",
+    "body_timeout_s",
+    "body_min_rate",
+    "write_stall_s",
+    "max_connections",
+)
+
+
+def edge_settings(settings: Settings) -> dict[str, float]:
+    return {name: getattr(settings, name) for name in _EDGE}
+
+
+def edge_limits(settings: Settings) -> EdgeLimits:
+    return EdgeLimits(**edge_settings(settings))  # type: ignore[arg-type]
 
 
 def serve(config: str | None, host: str | None, port: int | None, workers: int | None) -> int:
@@ -53,7 +73,8 @@ def serve(config: str | None, host: str | None, port: int | None, workers: int |
         host=settings.host,
         port=settings.port,
         loop="uvloop",
-        http="httptools",
+        http=guarded_protocol(edge_limits(settings)),
+        timeout_keep_alive=settings.keepalive_timeout_s,
         access_log=False,
         # Nothing here reads the client address (`scope["client"]`), so uvicorn's X-Forwarded-For
         # rewriting middleware would be a coroutine layer per request for nothing; no `server` header.
@@ -70,8 +91,11 @@ def serve(config: str | None, host: str | None, port: int | None, workers: int |
                 "LLMGW_CONFIG": settings.config or "",
                 "LLMGW_MAX_BODY_BYTES": str(settings.max_body_bytes),
                 "LLMGW_WORKERS": str(settings.workers),
+                **{f"LLMGW_{k.upper()}": str(v) for k, v in edge_settings(settings).items()},
             }
         )
+        # Worker processes import the protocol by name (a class made here would not pickle to them).
+        common["http"] = "gateway.edge._worker_protocol:WorkerProtocol"
         uvicorn.run("gateway.edge.server:create_app", factory=True, workers=settings.workers, **common)  # type: ignore[arg-type]
     else:
         assert app is not None

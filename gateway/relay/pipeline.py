@@ -74,6 +74,7 @@ class RelayParts:
     admissions: Admissions
     ids: RequestIds
     max_body_bytes: int
+    max_json_depth: int = 64
     routed: dict[str, RoutedAlias] | None = None
     observer: Observer | None = None
     cache: ResponseCache | None = None
@@ -85,6 +86,7 @@ class Relay:
         metrics = parts.metrics
         self._metrics = metrics
         self._max_body = parts.max_body_bytes
+        self._max_depth = parts.max_json_depth
         self._auth = parts.auth
         self._ids = parts.ids
         self._running = 0  # requests between arrival and their last byte (gates speculative admission)
@@ -123,7 +125,7 @@ class Relay:
 
     async def _serve(self, ctx: RequestContext, receive: Receive, send: Send) -> None:
         """The stages, in order; each raises a GatewayError to refuse the request."""
-        raw = await read_body(ctx.headers.content_length, receive, self._max_body)
+        raw = await read_body(ctx.headers.content_length, receive, self._max_body, self._max_depth)
         body = ctx.body = parse_body(raw)
         ctx.alias = alias_of(body)
         await self._authenticate(ctx)

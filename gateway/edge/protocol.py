@@ -1,0 +1,231 @@
+"""The HTTP/1.1 server protocol with the edge's limits: uvicorn's httptools protocol, bounded.
+
+uvicorn bounds none of what a hostile client controls before the app runs: httptools buffers a header
+of any size, any number of headers, and a connection that sends its request (or nothing) one byte at
+a time is held for good. A slow-reading client parks the response in the transport's buffer, and the
+relay's `send` waits for it with no end. This subclass adds, per connection and with no work on a
+request that arrives whole (the common case, one `data_received`):
+
+- header block: at most `max_header_bytes` (URL included) and `max_headers` lines -> 431;
+- the request line and headers must arrive within `header_timeout_s` of the connection or of the
+  request's first byte; a body within `body_timeout_s` and at `body_min_rate` bytes/s on average
+  after the first `tick_s` -> 408 (the relay sees a client that left: nothing reserved is lost);
+- a response the client stops reading for `write_stall_s` -> the connection is aborted, which the
+  relay sees as a client that left (the pool call is cancelled, the reservation settled);
+- at most `max_connections` open connections per process -> 503 at once, before any parsing;
+- every error the server itself answers (these and httptools' parse errors) is OpenAI-shaped JSON.
+
+Checks run on one timer per slow connection (`tick_s`), armed only while a request is incomplete.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+import httptools
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from gateway.errors import (
+    GatewayError,
+    HeadersTooLargeError,
+    InvalidRequestError,
+    RequestTimeoutError,
+    UpstreamUnavailableError,
+)
+
+__all__ = ["EdgeLimits", "guarded_protocol"]
+
+_IDLE, _HEAD, _BODY = 0, 1, 2  # where the connection is in reading its current request
+
+
+@dataclass(frozen=True, slots=True)
+class EdgeLimits:
+    max_header_bytes: int = 32 * 1024
+    max_headers: int = 100
+    header_timeout_s: float = 10.0
+    body_timeout_s: float = 60.0
+    body_min_rate: int = 1024  # bytes/s, averaged over the body so far
+    write_stall_s: float = 30.0
+    max_connections: int = 4096
+    tick_s: float = 1.0
+
+
+class _Refuse(Exception):
+    """Raised inside a parser callback to stop parsing; `data_received` answers `error`."""
+
+    def __init__(self, error: GatewayError) -> None:
+        super().__init__(error.message)
+        self.error = error
+
+
+def _response(err: GatewayError) -> bytes:
+    body = err.body()
+    head = [f"HTTP/1.1 {err.status} {_REASONS.get(err.status, 'Error')}"]
+    head += ["content-type: application/json", f"content-length: {len(body)}", "connection: close"]
+    head += [f"{k}: {v}" for k, v in err.response_headers().items()]
+    return ("\r\n".join(head) + "\r\n\r\n").encode() + body
+
+
+_REASONS = {
+    400: "Bad Request",
+    408: "Request Timeout",
+    431: "Request Header Fields Too Large",
+    503: "Service Unavailable",
+}
+
+
+class _Guarded(HttpToolsProtocol):
+    limits: EdgeLimits = EdgeLimits()
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._phase = _HEAD
+        self._began = 0.0  # when the current phase began (loop time)
+        self._pending = 0  # bytes received while the headers are incomplete
+        self._header_lines = 0
+        self._header_bytes = 0
+        self._body_bytes = 0
+        self._timer: asyncio.TimerHandle | None = None
+        self._stall: asyncio.TimerHandle | None = None
+
+    # -- connection -----------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        if len(self.connections) > self.limits.max_connections:
+            self._answer(UpstreamUnavailableError("the gateway has too many open connections"))
+            return
+        self._began = self.loop.time()
+        self._arm()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        for timer in (self._timer, self._stall):
+            if timer is not None:
+                timer.cancel()
+        self._timer = self._stall = None
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        self._unset_keepalive_if_required()
+        if self._phase != _BODY:
+            self._pending += len(data)
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserCallbackError as e:
+            cause = e.__context__
+            self._answer(cause.error if isinstance(cause, _Refuse) else InvalidRequestError(str(cause)))
+            return
+        except httptools.HttpParserError as e:
+            self._answer(InvalidRequestError(f"invalid HTTP request: {e}", code="invalid_http"))
+            return
+        except httptools.HttpParserUpgrade:
+            self._answer(InvalidRequestError("protocol upgrades are not supported", code="invalid_http"))
+            return
+        if self._phase == _HEAD and self._pending > self.limits.max_header_bytes:
+            self._answer(_too_large(self.limits))
+        elif self._phase != _IDLE and self._timer is None:
+            self._arm()
+
+    def send_400_response(self, msg: str) -> None:
+        self._answer(InvalidRequestError(msg, code="invalid_http"))
+
+    # -- parser callbacks -----------------------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._phase, self._began = _HEAD, self.loop.time()
+        self._header_lines = self._header_bytes = self._body_bytes = 0
+
+    def on_url(self, url: bytes) -> None:
+        self._header_bytes += len(url)
+        super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._header_lines += 1
+        self._header_bytes += len(name) + len(value) + 4
+        if self._header_lines > self.limits.max_headers or self._header_bytes > self.limits.max_header_bytes:
+            raise _Refuse(_too_large(self.limits))
+        super().on_header(name, value)
+
+    def on_headers_complete(self) -> None:
+        self._phase, self._pending = _BODY, 0
+        self._began = self.loop.time()
+        super().on_headers_complete()
+
+    def on_body(self, body: bytes) -> None:
+        self._body_bytes += len(body)
+        super().on_body(body)
+
+    def on_message_complete(self) -> None:
+        self._phase = _IDLE
+        super().on_message_complete()
+
+    # -- slow readers ---------------------------------------------------------------------------
+
+    def pause_writing(self) -> None:
+        super().pause_writing()
+        if self._stall is None:
+            self._stall = self.loop.call_later(self.limits.write_stall_s, self._stalled)
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        if self._stall is not None:
+            self._stall.cancel()
+            self._stall = None
+
+    def _stalled(self) -> None:
+        """The client stopped reading: drop it; the relay sees a client that left."""
+        self._stall = None
+        self.logger.info("client stopped reading for %.0fs: connection aborted", self.limits.write_stall_s)
+        self.transport.abort()
+
+    # -- deadlines ------------------------------------------------------------------------------
+
+    def _arm(self) -> None:
+        self._timer = self.loop.call_later(self.limits.tick_s, self._check)
+
+    def _check(self) -> None:
+        self._timer = None
+        if self.transport.is_closing() or self._phase == _IDLE:
+            return
+        lim = self.limits
+        elapsed = self.loop.time() - self._began
+        if self._phase == _HEAD and elapsed > lim.header_timeout_s:
+            self._answer(
+                RequestTimeoutError(f"request headers not received within {lim.header_timeout_s:g}s")
+            )
+        elif self._phase == _BODY and (
+            elapsed > lim.body_timeout_s
+            or (elapsed >= lim.tick_s and self._body_bytes < lim.body_min_rate * elapsed)
+        ):
+            self._answer(
+                RequestTimeoutError(
+                    f"request body not received in time (within {lim.body_timeout_s:g}s, "
+                    f"at {lim.body_min_rate} bytes/s or faster)"
+                )
+            )
+        else:
+            self._arm()
+
+    def _answer(self, err: GatewayError) -> None:
+        """Answer `err` (unless a response is under way) and close: the connection's state is unknown."""
+        cycle = self.cycle
+        if cycle is None or not cycle.response_started:
+            self.transport.write(_response(err))
+        if cycle is not None:
+            cycle.keep_alive = False
+        self._phase = _IDLE
+        self.transport.close()
+
+
+def _too_large(limits: EdgeLimits) -> HeadersTooLargeError:
+    return HeadersTooLargeError(
+        f"request headers exceed {limits.max_header_bytes} bytes or {limits.max_headers} lines"
+    )
+
+
+def guarded_protocol(limits: EdgeLimits) -> type[HttpToolsProtocol]:
+    """uvicorn's `http=` class with these limits."""
+    return type("GuardedHttpToolsProtocol", (_Guarded,), {"limits": limits})
