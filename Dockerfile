@@ -11,12 +11,9 @@ ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 FROM ${PYTHON_IMAGE} AS build
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 PYTHONDONTWRITEBYTECODE=1
 WORKDIR /src
-COPY pyproject.toml README.md ./
-COPY gateway gateway
-COPY pools pools
-COPY ratelimit ratelimit
-COPY router router
-COPY eval eval
+# The whole context: .dockerignore is the one list of what goes in (docs/design/012-kubernetes.md);
+# tests/chart/test_image_context.py builds and imports the package from exactly that context.
+COPY . .
 # The router's shipped artifacts are copied next to the installed package whatever the package-data
 # globs cover (difficulty heads are .npz, answer scorers .json).
 RUN python -m venv /opt/llmgw \

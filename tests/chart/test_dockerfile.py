@@ -1,4 +1,8 @@
-"""The Dockerfile as data (no Docker engine here; hadolint lints it in `make helm-check`)."""
+"""The Dockerfile as data (no Docker engine here; hadolint lints it in `make helm-check`).
+
+What the image contains and whether it imports is test_image_context.py's: it builds the package from
+the emulated context. These tests pin the stages' shape (slim non-root runtime, the sim target).
+"""
 
 from __future__ import annotations
 
@@ -53,3 +57,11 @@ def test_dockerignore_keeps_local_state_out() -> None:
     assert lines[lines.index("*") + 1 :].count("!gateway/") == 1
     assert "router/assets/" in lines
     assert not any(line.startswith("!.") for line in lines)
+
+
+def test_the_context_is_copied_whole_once() -> None:
+    # .dockerignore is the one list of sources (docs/design/012): no COPY names its own.
+    from_context = [
+        (name, a) for name, st in stages().items() for i, a in st if i == "COPY" and "--from" not in a
+    ]
+    assert from_context == [("build", ". .")]
