@@ -180,6 +180,11 @@ class StaticKey(_Frozen):
     app: Name
     tier: str = "standard"
     models: frozenset[str] = Field(frozenset(), description="aliases this key may call; empty = all")
+    pools: frozenset[str] = Field(
+        frozenset(),
+        description="pools this key's requests may be served by (a routed alias's plan is cut to them; "
+        "a direct alias on another pool is refused); empty = the tier's `tenancy.tier_pools`, else all",
+    )
     limits: LevelLimits | None = Field(None, description="overrides of the tier's key-level limits")
 
 
@@ -191,9 +196,28 @@ class Tenancy(_Frozen):
         "memory", description="where keys created by `llmgw keys` / the admin API live"
     )
     cache_ttl_s: float = Field(
-        5.0, gt=0, le=5.0, description="key lookups are cached this long (revocation delay)"
+        5.0,
+        gt=0,
+        le=5.0,
+        description="key lookups are cached this long (the revocation delay when a replica misses the "
+        "revocation broadcast)",
+    )
+    stale_ttl_s: float = Field(
+        600.0,
+        ge=0,
+        description="while the key store is unavailable, a key looked up successfully within this many "
+        "seconds keeps working from the stale cache (revoked ones stay revoked; keys never seen get 503); "
+        "applies under fail_open and fail_closed alike (fail_closed still refuses at admission); 0 = off",
+    )
+    lookup_timeout_s: float = Field(
+        1.0, gt=0, le=10.0, description="a key store lookup taking longer counts as the store unavailable"
     )
     anonymous_tier: str = "standard"
+    tier_pools: dict[str, frozenset[str]] = Field(
+        {},
+        description="tier -> the pools its keys may be served by when a key names no `pools` of its own "
+        "(absent tier: all pools)",
+    )
     orgs: list[OrgConfig] = []
     keys: list[StaticKey] = []
 
@@ -251,21 +275,39 @@ def _references(policy: Policy) -> list[tuple[tuple[str | int, ...], str]]:
     for name in policy.limits.pools:
         if name not in pool_names:
             problems.append((("limits", "pools", name), f"unknown pool '{name}'"))
-    if policy.tenancy.anonymous_tier not in tiers:
-        problems.append((("tenancy", "anonymous_tier"), f"unknown tier '{policy.tenancy.anonymous_tier}'"))
+    return problems + _tenancy_references(policy.tenancy, tiers, pool_names, model_names)
+
+
+_Problems = list[tuple[tuple[str | int, ...], str]]
+
+
+def _tenancy_references(
+    tenancy: Tenancy, tiers: set[str], pool_names: set[str], model_names: set[str]
+) -> _Problems:
+    """The tenancy section's references to tiers, pools and models; duplicate key ids and orgs."""
+    problems: _Problems = []
+    if tenancy.anonymous_tier not in tiers:
+        problems.append((("tenancy", "anonymous_tier"), f"unknown tier '{tenancy.anonymous_tier}'"))
     key_ids: set[str] = set()
-    for i, k in enumerate(policy.tenancy.keys):
+    for i, k in enumerate(tenancy.keys):
         if k.tier not in tiers:
             problems.append(
                 (("tenancy", "keys", i, "tier"), f"unknown tier '{k.tier}' (tiers: {sorted(tiers)})")
             )
         for alias in sorted(k.models - model_names):
             problems.append((("tenancy", "keys", i, "models"), f"unknown model '{alias}'"))
+        for pool in sorted(k.pools - pool_names):
+            problems.append((("tenancy", "keys", i, "pools"), f"unknown pool '{pool}'"))
         if k.id in key_ids:
             problems.append((("tenancy", "keys", i, "id"), f"duplicate key id '{k.id}'"))
         key_ids.add(k.id)
+    for tier, pools in tenancy.tier_pools.items():
+        if tier not in tiers:
+            problems.append((("tenancy", "tier_pools", tier), f"unknown tier '{tier}'"))
+        for pool in sorted(pools - pool_names):
+            problems.append((("tenancy", "tier_pools", tier), f"unknown pool '{pool}'"))
     org_names: set[str] = set()
-    for i, o in enumerate(policy.tenancy.orgs):
+    for i, o in enumerate(tenancy.orgs):
         if o.name in org_names:
             problems.append((("tenancy", "orgs", i, "name"), f"duplicate org '{o.name}'"))
         org_names.add(o.name)

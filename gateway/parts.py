@@ -1,14 +1,18 @@
 """Build the gateway's long-lived parts from policy + settings (no I/O here; `start` does the I/O).
 
 Which limiter: `limits.backend: memory` is one process's in-memory limiter (the embedded default);
-`redis` is the shared Redis backend wrapped in `FailoverLimiter`, which applies
-`limits.on_backend_error` (fail_open with a local in-memory limiter, or fail_closed) and returns to
-Redis by itself. Keys: config keys always; dynamic keys in memory or in Redis (`tenancy.store`).
+`redis` is the shared Redis backend wrapped in `FailoverLimiter`, which applies each pool's failure
+mode (`Pool.backend_error_mode`: the pool's `on_backend_error`, else fail_closed for litellm, else
+`limits.on_backend_error`; fail_open with a local in-memory limiter, or fail_closed) and returns to
+Redis by itself. `start` checks the Redis deployment first and refuses one the limiter cannot work
+with (Redis Cluster, too old); Redis merely failing at start leaves the decision to the failure mode.
+Keys: config keys always; dynamic keys in memory or in Redis (`tenancy.store`).
 Redis clients use short timeouts and no client-side retries: the failover layer decides.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import redis.asyncio as aioredis
@@ -21,7 +25,8 @@ from gateway.observability.metrics import FailoverCollector, Metrics
 from gateway.settings import Settings
 from gateway.tenancy.auth import Authenticator
 from gateway.tenancy.keys import KeyRecord, KeyStore, MemoryKeyStore, RedisKeyStore, static_records
-from ratelimit.failover import FailoverLimiter
+from ratelimit.errors import BackendUnavailable, UnsupportedBackend
+from ratelimit.failover import FailoverLimiter, FailoverStats
 from ratelimit.memory_backend import MemoryBackend
 from ratelimit.model import Limiter
 from ratelimit.redis_backend import RedisBackend
@@ -37,13 +42,22 @@ class Components:
     redis_backend: RedisBackend | None
     redis: aioredis.Redis | None
     static_keys: tuple[KeyRecord, ...]
+    failover: FailoverStats | None = None
 
     async def start(self) -> None:
-        if self.redis_backend is not None:
-            try:
-                await self.redis_backend.load()
-            except Exception:  # noqa: BLE001 - Redis down at start: the failover mode decides, not a crash
-                self.metrics.limit_decisions.labels("all", "all", "script_load_failed").inc()
+        await self.store.start()  # hears other replicas' key revocations until `close`
+        if self.redis_backend is None:
+            return
+        try:
+            await self.redis_backend.check()
+            await self.redis_backend.load()
+        except UnsupportedBackend as e:
+            logging.getLogger("llmgw.ratelimit").error("cannot start: %s", e)
+            raise ConfigError(str(e)) from None
+        except BackendUnavailable as e:  # Redis failing at start: the failure mode decides, not a crash
+            self.metrics.limit_decisions.labels("all", "all", "script_load_failed").inc()
+            if self.failover is not None:
+                self.failover.count("load", e.reason)
 
     async def close(self) -> None:
         await self.admissions.drain()
@@ -87,6 +101,7 @@ def build(policy: Policy, settings: Settings) -> Components:
     metrics = Metrics(policy)
     local = MemoryBackend(lease_s=limits.lease_s, sub_window_s=limits.sub_window_s)
     redis_backend: RedisBackend | None = None
+    failover: FailoverLimiter | None = None
     limiter: Limiter
     if limits.backend == "redis" and settings.redis_url:
         redis_backend = RedisBackend.from_url(
@@ -108,14 +123,20 @@ def build(policy: Policy, settings: Settings) -> Components:
         if tenancy.store == "redis" and client is not None
         else MemoryKeyStore()
     )
-    auth = Authenticator(tenancy, limits, store)
+    auth = Authenticator(tenancy, limits, store, metrics=metrics)
     return Components(
         metrics=metrics,
         store=store,
         auth=auth,
         limiter=limiter,
-        admissions=Admissions(limits, limiter, metrics),
+        admissions=Admissions(
+            limits,
+            limiter,
+            metrics,
+            {p.name: p.backend_error_mode(limits.on_backend_error) for p in policy.pools},
+        ),
         redis_backend=redis_backend,
         redis=client,
         static_keys=statics,
+        failover=failover.stats if failover is not None else None,
     )

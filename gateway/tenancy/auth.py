@@ -2,29 +2,53 @@
 
 Flow per request (the hot path): parse the header, one SHA-256, one dict lookup. Keys declared in the
 policy are resolved from a dict built at start-up; store keys go through a small LRU cache
-(sha256 -> resolved principal) whose entries live `tenancy.cache_ttl_s` (<= 5 s). That TTL is the
-revocation delay on every replica: no invalidation messages are needed, and Redis sees at most one
-lookup per key per replica per TTL. Unknown keys are cached too, in a separate LRU, so a flood of
-bad keys neither hammers the store on repeats nor evicts the good keys' entries.
+(sha256 -> resolved principal) whose entries are fresh for `tenancy.cache_ttl_s` (<= 5 s), so Redis
+sees at most one lookup per key per replica per TTL. Unknown keys are cached too, in a separate LRU,
+so a flood of bad keys neither hammers the store on repeats nor evicts the good keys' entries.
+
+Revocation: the key store tells the authenticator of every revoked hash (`invalidate`), at once for
+the replica that revoked it and through the store's broadcast for the others
+(`gateway.tenancy.revocations`); the entry is replaced by a revoked one. The TTL is the fallback for a
+replica that missed the broadcast.
+
+Key store outages: an entry is kept `tenancy.stale_ttl_s` (default 10 min) past its last successful
+lookup. When a lookup fails (the store raises its unavailable error, or takes longer than
+`tenancy.lookup_timeout_s`), a key with such an entry keeps its last outcome: a usable key keeps
+working (`llmgw_auth_stale_keys`), a revoked one stays revoked. A key without one gets 503: it cannot
+be told apart from a valid key this replica never saw. While degraded (`llmgw_auth_key_store_degraded`
+1, one log line on entering and one on leaving) the store is probed by at most one request per
+PROBE_S; the others answer from the cache at once instead of each waiting for the timeout. The first
+successful lookup ends it. This applies under `limits.on_backend_error` fail_open and fail_closed
+alike: authentication from a stale entry grants nothing by itself, and fail_closed still refuses the
+request at admission when the limiter's Redis is down too.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from gateway.config import Tenancy
-from gateway.errors import AuthenticationError, InternalError, PermissionDeniedError
-from gateway.tenancy.keys import KeyRecord, KeyStore, mask_key, static_records
+from gateway.errors import AuthenticationError, InternalError, PermissionDeniedError, UpstreamUnavailableError
+from gateway.tenancy.keys import Invalidation, KeyRecord, KeyStore, mask_key, static_records
 from ratelimit.model import LevelLimits, LimitsConfig, Priority, Tenant
+
+if TYPE_CHECKING:  # the observability package imports this module (feedback needs the authenticator)
+    from gateway.observability.metrics import Metrics
 
 ANONYMOUS = "anonymous"
 CACHE_SIZE = 10_000
 # Generated keys are 46 characters; anything far longer is not a key and is not worth hashing or caching.
 MAX_KEY_LEN = 256
+PROBE_S = 1.0  # while the key store is unavailable, at most one lookup per this interval tries it
+
+_log = logging.getLogger("llmgw.auth")
 
 _MISSING_MESSAGE = (
     "You didn't provide an API key. You need to provide your API key in an Authorization header "
@@ -32,10 +56,18 @@ _MISSING_MESSAGE = (
 )
 
 
+_UNKNOWN_WHILE_DOWN = (
+    "The key store is unavailable and this API key was not looked up successfully on this gateway "
+    "recently, so it cannot be checked (an unknown key cannot be told apart from a valid one not seen "
+    "here). Please retry shortly."
+)
+
+
 @dataclass(frozen=True, slots=True)
 class Principal:
     tenant: Tenant
     key_id: str
+    pools: frozenset[str] = frozenset()  # pools its requests may be served by; empty = any
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +84,13 @@ _Revoked = str
 _Outcome = _Resolved | _Revoked | None
 
 
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    outcome: _Outcome
+    fresh_until: float  # answered from the cache without asking the store until then
+    stale_until: float  # kept, for a key store outage, until then
+
+
 class Authenticator:
     def __init__(
         self,
@@ -60,11 +99,18 @@ class Authenticator:
         store: KeyStore,
         clock: Callable[[], float] = time.monotonic,
         cache_size: int = CACHE_SIZE,
+        metrics: Metrics | None = None,
     ) -> None:
         self._store = store
         self._clock = clock
         self._ttl = tenancy.cache_ttl_s
+        self._stale_ttl = max(tenancy.stale_ttl_s, tenancy.cache_ttl_s)
+        self._timeout = tenancy.lookup_timeout_s
+        self._tier_pools = tenancy.tier_pools
         self._cache_size = cache_size
+        self._metrics = metrics
+        self._degraded_since: float | None = None  # the key store is unavailable since then
+        self._probe_at = 0.0  # while degraded: the next lookup that may try the store
         self._disabled = tenancy.auth == "disabled"
         self._limits = limits
         self._org_limits: dict[str, LevelLimits | None] = {o.name: o.limits for o in tenancy.orgs}
@@ -72,8 +118,8 @@ class Authenticator:
             (o.name, a.name): a.limits for o in tenancy.orgs for a in o.apps
         }
         self._static: dict[str, _Outcome] = {r.sha256: self._resolve(r) for r in static_records(tenancy)}
-        self._positive: OrderedDict[str, tuple[_Outcome, float]] = OrderedDict()
-        self._negative: OrderedDict[str, tuple[_Outcome, float]] = OrderedDict()
+        self._positive: OrderedDict[str, _Entry] = OrderedDict()
+        self._negative: OrderedDict[str, _Entry] = OrderedDict()
         anon = Tenant(
             key_id=ANONYMOUS,
             app=ANONYMOUS,
@@ -84,6 +130,7 @@ class Authenticator:
             app_limits=self._app_limits.get((ANONYMOUS, ANONYMOUS)),
         )
         self._anonymous = Principal(anon, ANONYMOUS)
+        store.watch(self.invalidate)
 
     @property
     def enabled(self) -> bool:
@@ -111,7 +158,8 @@ class Authenticator:
             return None
         if record.revoked_at is not None:
             return record.key_id
-        principal = Principal(self.tenant_for(record), record.key_id)
+        pools = record.pools or self._tier_pools.get(record.tier, frozenset())
+        principal = Principal(self.tenant_for(record), record.key_id, pools)
         return _Resolved(principal, record.models, record.tier in self._limits.tiers)
 
     async def authenticate(
@@ -172,22 +220,95 @@ class Authenticator:
         if static is not None:
             return static
         now = self._clock()
-        for cache in (self._positive, self._negative):
-            hit = cache.get(sha)
-            if hit is not None:
-                if hit[1] > now:
-                    cache.move_to_end(sha)
-                    return hit[0]
-                del cache[sha]
-        outcome = self._resolve(await self._store.get(sha))
-        cache = self._positive if isinstance(outcome, _Resolved) else self._negative
-        cache[sha] = (outcome, now + self._ttl)
-        if len(cache) > self._cache_size:
-            cache.popitem(last=False)
+        entry = self._cached(sha, now)
+        if entry is not None and entry.fresh_until > now:
+            return entry.outcome
+        if self._degraded_since is not None and now < self._probe_at:
+            return self._stale(entry)  # someone probed the store less than PROBE_S ago
+        self._probe_at = now + PROBE_S
+        try:
+            async with asyncio.timeout(self._timeout):
+                record = await self._store.get(sha)
+        except (UpstreamUnavailableError, TimeoutError) as exc:
+            self._degrade(now, exc)
+            return self._stale(entry)
+        self._recover(now)
+        outcome = self._resolve(record)
+        self._remember(sha, outcome, now)
         return outcome
 
+    def _cached(self, sha: str, now: float) -> _Entry | None:
+        for cache in (self._positive, self._negative):
+            entry = cache.get(sha)
+            if entry is not None:
+                if entry.stale_until > now:
+                    cache.move_to_end(sha)
+                    return entry
+                del cache[sha]
+        return None
+
+    def _remember(self, sha: str, outcome: _Outcome, now: float) -> None:
+        cache, other = (
+            (self._positive, self._negative)
+            if isinstance(outcome, _Resolved)
+            else (self._negative, self._positive)
+        )
+        other.pop(sha, None)
+        cache[sha] = _Entry(outcome, now + self._ttl, now + self._stale_ttl)
+        cache.move_to_end(sha)
+        if len(cache) > self._cache_size:
+            cache.popitem(last=False)
+
+    def _stale(self, entry: _Entry | None) -> _Outcome:
+        """The outcome of a key while the store cannot be asked: its last one, else 503."""
+        if entry is None or entry.outcome is None:
+            raise UpstreamUnavailableError(_UNKNOWN_WHILE_DOWN, code="key_store_unavailable")
+        if isinstance(entry.outcome, _Resolved) and self._metrics is not None:
+            self._metrics.auth_stale_keys.inc()
+        return entry.outcome
+
+    def _degrade(self, now: float, exc: Exception) -> None:
+        if self._degraded_since is not None:
+            return
+        self._degraded_since = now
+        if self._metrics is not None:
+            self._metrics.key_store_degraded.set(1)
+        _log.warning(
+            "key store unavailable (%s): keys looked up in the last %.0f s keep their last outcome "
+            "from the stale key cache; other keys get 503 until it answers again",
+            f"no answer within {self._timeout:g} s"
+            if isinstance(exc, TimeoutError)
+            else exc.__cause__ or exc,
+            self._stale_ttl,
+        )
+
+    def _recover(self, now: float) -> None:
+        if self._degraded_since is None:
+            return
+        _log.warning(
+            "key store available again after %.1f s: key lookups are fresh again", now - self._degraded_since
+        )
+        self._degraded_since = None
+        if self._metrics is not None:
+            self._metrics.key_store_degraded.set(0)
+
+    def invalidate(self, sha256: str, source: Invalidation) -> None:
+        """A key was revoked (here: "local", or on another replica: "broadcast"): refuse it from now on.
+
+        A cached usable entry is replaced by a revoked one (records are never un-revoked), so the key
+        stays refused even if the store is unavailable next."""
+        positive = self._positive.pop(sha256, None)
+        negative = self._negative.pop(sha256, None) if positive is None else None
+        if positive is not None and isinstance(positive.outcome, _Resolved):
+            self._remember(sha256, positive.outcome.principal.key_id, self._clock())
+        elif negative is not None and negative.outcome is not None:
+            self._negative[sha256] = negative  # revoked already: nothing to drop
+            return
+        if (positive or negative) is not None and self._metrics is not None:
+            self._metrics.key_invalidations.labels(source).inc()
+
     def clear_cache(self) -> None:
-        """Forget cached lookups, e.g. to make a revocation effective on this replica at once."""
+        """Forget cached lookups (tests; an operator's debugging)."""
         self._positive.clear()
         self._negative.clear()
 

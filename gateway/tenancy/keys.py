@@ -9,9 +9,15 @@ touch both hashes on Redis Cluster; the default prefix is `llmgw`):
 
     {llmgw}:keys     HASH  sha256 (hex) -> KeyRecord JSON (metadata and the hash; never the key)
     {llmgw}:keyids   HASH  key id       -> sha256 (hex), for revocation and duplicate-id checks
+    {llmgw}:keys:revoked   pub/sub channel: "<publisher id> <sha256>" per revocation
 
 Revoking keeps the record with `revoked_at` set, so a revoked key stays listed and its id is never
-reused. Replicas notice a revocation when their authenticator cache entry expires (`cache_ttl_s`).
+reused. The store tells its watchers (the process's authenticator) at once (`source` "local"), and
+publishes the hash on the channel; every other replica's store subscribes to it (a background task
+from `start` to `close` that reconnects with backoff after Redis errors) and tells its watchers
+(`source` "broadcast"), so a revocation reaches every replica within a round trip. A replica that
+misses the message (subscriber disconnected) still refuses the key when its cache entry expires
+(`tenancy.cache_ttl_s`): the TTL stays the fallback.
 """
 
 from __future__ import annotations
@@ -29,11 +35,15 @@ from redis.exceptions import RedisError
 
 from gateway.config import Tenancy
 from gateway.errors import UpstreamUnavailableError
+from gateway.tenancy.revocations import RevocationChannel
 from ratelimit.model import LevelLimits
 
 KEY_PREFIX = "sk-"
 KEY_BYTES = 32  # 256 bits of entropy
 Source = Literal["config", "store"]
+# Who revoked a key, as the store tells its watchers (a metric label of llmgw_auth_key_invalidations).
+Invalidation = Literal["local", "broadcast"]
+Watcher = Callable[[str, Invalidation], None]  # (sha256, source)
 
 
 def generate_key() -> str:
@@ -76,6 +86,7 @@ class KeyRecord:
     created_at: float  # unix seconds
     revoked_at: float | None
     source: Source
+    pools: frozenset[str] = frozenset()  # pools its requests may be served by; empty = the tier's, else all
 
     @property
     def revoked(self) -> bool:
@@ -89,6 +100,7 @@ class KeyRecord:
             "app": self.app,
             "tier": self.tier,
             "models": sorted(self.models),
+            "pools": sorted(self.pools),
             # exclude_unset: an override must stay partial, or merging it would reset the tier's limits.
             "limits": self.limits.model_dump(mode="json", exclude_unset=True) if self.limits else None,
             "created_at": self.created_at,
@@ -112,6 +124,7 @@ class KeyRecord:
             app=str(data["app"]),
             tier=str(data["tier"]),
             models=frozenset(str(m) for m in data.get("models", ())),
+            pools=frozenset(str(p) for p in data.get("pools", ())),  # absent in records before issue 24
             limits=LevelLimits.model_validate(limits) if limits is not None else None,
             created_at=float(data["created_at"]),
             revoked_at=float(data["revoked_at"]) if data.get("revoked_at") is not None else None,
@@ -136,6 +149,7 @@ def static_records(tenancy: Tenancy) -> tuple[KeyRecord, ...]:
             app=k.app,
             tier=k.tier,
             models=k.models,
+            pools=k.pools,
             limits=k.limits,
             created_at=0.0,
             revoked_at=None,
@@ -154,6 +168,14 @@ class KeyStore(Protocol):
 
     Store failures (e.g. Redis unreachable) raise `gateway.errors.UpstreamUnavailableError` (503).
     """
+
+    def watch(self, watcher: Watcher) -> None:
+        """Call `watcher(sha256, source)` for every key revoked from now on (in this process or another)."""
+        ...
+
+    async def start(self) -> None:
+        """Begin hearing other processes' revocations (the app's start-up)."""
+        ...
 
     async def get(self, sha256: str) -> KeyRecord | None: ...
 
@@ -177,8 +199,15 @@ class MemoryKeyStore:
         self._by_hash: dict[str, KeyRecord] = {}
         self._ids: dict[str, str] = {}
         self._clock = clock
+        self._watchers: list[Watcher] = []
         for r in records:
             self._put(r)
+
+    def watch(self, watcher: Watcher) -> None:
+        self._watchers.append(watcher)
+
+    async def start(self) -> None:
+        return None  # one process: nobody else revokes
 
     def _put(self, record: KeyRecord) -> None:
         if record.key_id in self._ids:
@@ -204,6 +233,8 @@ class MemoryKeyStore:
         record = self._by_hash[sha]
         if record.revoked_at is None:
             self._by_hash[sha] = replace(record, revoked_at=self._clock())
+        for watcher in self._watchers:
+            watcher(sha, "local")
         return True
 
     async def close(self) -> None:
@@ -240,6 +271,18 @@ class RedisKeyStore:
         self._ids = f"{{{prefix}}}:keyids"
         self._owns_client = owns_client
         self._create_script = client.register_script(_CREATE_LUA)
+        self._watchers: list[Watcher] = []
+        self.revocations = RevocationChannel(client, f"{{{prefix}}}:keys:revoked", self._heard)
+
+    def watch(self, watcher: Watcher) -> None:
+        self._watchers.append(watcher)
+
+    async def start(self) -> None:
+        self.revocations.start()
+
+    def _heard(self, sha: str) -> None:
+        for watcher in self._watchers:
+            watcher(sha, "broadcast")
 
     @property
     def redis_keys(self) -> tuple[str, str]:
@@ -293,8 +336,13 @@ class RedisKeyStore:
                 await self._client.hset(self._keys, sha, revoked.to_json())
         except RedisError as exc:
             raise _unavailable() from exc
+        sha_hex = sha.decode() if isinstance(sha, bytes) else str(sha)
+        for watcher in self._watchers:
+            watcher(sha_hex, "local")
+        await self.revocations.publish(sha_hex)
         return True
 
     async def close(self) -> None:
+        await self.revocations.close()
         if self._owns_client:
             await self._client.aclose()
