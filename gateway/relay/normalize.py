@@ -1,12 +1,16 @@
 """Turn a client's OpenAI request body into the body sent to a pool (pure functions).
 
 Only what the gateway must understand is checked here (`model`, the messages/prompt/input,
-`stream`, `stream_options`, the output-token fields, `n`); every other field (tools,
+`stream`, `stream_options`, the output-token fields, `n`, `best_of`); every other field (tools,
 response_format, logprobs, seed, user, ...) passes through untouched. Output tokens: the client's
 `max_completion_tokens` wins over the deprecated `max_tokens`; absent both, the alias's default is
 sent; values above the alias's cap are lowered to it. Streams always ask the pool for usage so the
 gateway can meter tokens; whether the client sees the usage chunk is remembered in
 `Prepared.client_usage`.
+
+Validation measures what the reservation needs on the way (docs/design/019): the prompt's size
+(`InputSize`: text bytes for the calibrated estimate, exact token ids, template allowances) and the
+output multipliers (`Prepared.outputs`: prompts x max(n, best_of)), so admission walks nothing again.
 """
 
 from __future__ import annotations
@@ -16,9 +20,17 @@ from typing import Any
 
 import orjson
 
+from gateway.budget.estimate import InputSize
 from gateway.config import Model
 from gateway.edge.exchange import Kind
 from gateway.errors import InvalidJSONError, InvalidRequestError
+
+# Bounds of the output multipliers (OpenAI's own: `n` 1-128, `best_of` up to 20).
+MAX_N = 128
+MAX_BEST_OF = 20
+_PER_MESSAGE = 8  # role markers and separators a chat template adds around each message
+_PER_PROMPT = 1 + _PER_MESSAGE  # a text prompt's special tokens (BOS, ...), generously
+_NON_TEXT = 1024  # an image or audio part: a flat allowance of tokens
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +40,9 @@ class Prepared:
     stream: bool
     client_usage: bool  # the client asked for the usage chunk (stream_options.include_usage)
     max_tokens: int | None  # output tokens the request may use (after default and cap); None for embeddings
+    size: InputSize = InputSize(0, 0, 0)
+    choices: int = 1  # choices the pool answers with: prompts x n
+    outputs: int = 1  # sequences the pool generates, each up to max_tokens: prompts x max(n, best_of)
 
 
 def parse_body(raw: bytes) -> dict[str, Any]:
@@ -57,7 +72,37 @@ def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def _check_messages(messages: Any) -> None:
+def _str_size(s: str) -> tuple[int, int]:
+    """(UTF-8 bytes, bytes beyond one per character); `isascii` is O(1) on CPython's compact strings."""
+    if s.isascii():
+        return len(s), 0
+    b = len(s.encode())
+    return b, b - len(s)
+
+
+def _content_size(content: list[Any]) -> tuple[int, int, int]:
+    """(text bytes, extra bytes, fixed tokens) of a message's content parts."""
+    tb = tx = fixed = 0
+    for part in content:
+        if isinstance(part, dict):
+            text = part.get("text")
+            if isinstance(text, str):
+                b, x = _str_size(text)
+                tb, tx = tb + b, tx + x
+            else:
+                fixed += _NON_TEXT
+        elif isinstance(part, str):
+            b, x = _str_size(part)
+            tb, tx = tb + b, tx + x
+        elif isinstance(part, int):
+            fixed += 1
+        elif isinstance(part, list):
+            fixed += len(part)
+    return tb, tx, fixed
+
+
+def _check_messages(messages: Any) -> InputSize:
+    """Validate `messages` and measure them (one pass): the input estimate's raw material."""
     if messages is None:
         raise InvalidRequestError(
             "'messages' is a required property", param="messages", code="missing_required_parameter"
@@ -66,6 +111,8 @@ def _check_messages(messages: Any) -> None:
         raise InvalidRequestError(
             "'messages' must be a non-empty array", param="messages", code="invalid_type"
         )
+    tb = tx = 0
+    fixed = 1 + _PER_MESSAGE * (len(messages) + 1)
     for i, m in enumerate(messages):
         if not isinstance(m, dict):
             raise InvalidRequestError(
@@ -77,35 +124,73 @@ def _check_messages(messages: Any) -> None:
                 f"messages[{i}].role must be a string", param=f"messages[{i}].role", code="invalid_type"
             )
         content = m.get("content")
-        if content is not None and not isinstance(content, str | list):
+        if isinstance(content, str):
+            b, x = _str_size(content)
+            tb, tx = tb + b, tx + x
+        elif isinstance(content, list):
+            b, x, f = _content_size(content)
+            tb, tx, fixed = tb + b, tx + x, fixed + f
+        elif content is not None:
             raise InvalidRequestError(
                 f"messages[{i}].content must be a string or an array of content parts",
                 param=f"messages[{i}].content",
                 code="invalid_type",
             )
+        calls = m.get("tool_calls")
+        if calls:
+            tb += len(orjson.dumps(calls))
+    return InputSize(tb, tx, fixed)
 
 
-def _check_prompt(prompt: Any, field: str) -> None:
+def _chat_size(body: dict[str, Any]) -> InputSize:
+    """The messages' size plus the serialized tools, which the chat template renders into the prompt."""
+    size = _check_messages(body.get("messages"))
+    tools = body.get("tools")
+    if not tools:
+        return size
+    return InputSize(size.text_bytes + len(orjson.dumps(tools)), size.extra_bytes, size.fixed)
+
+
+def _bad_prompt(field: str) -> InvalidRequestError:
+    return InvalidRequestError(
+        f"'{field}' must be a string, an array of strings, or token ids", param=field, code="invalid_type"
+    )
+
+
+def _check_prompt(prompt: Any, field: str) -> tuple[int, InputSize]:
+    """Validate a prompt (or embeddings input) and measure it: (how many prompts, their size). A list of
+    strings or of token-id lists is that many prompts; one token-id list is one prompt."""
     if prompt is None:
         raise InvalidRequestError(
             f"'{field}' is a required property", param=field, code="missing_required_parameter"
         )
-    ok = isinstance(prompt, str) or (
-        isinstance(prompt, list)
-        and len(prompt) > 0
-        and (
-            all(isinstance(p, str) for p in prompt)
-            or all(_is_int(p) for p in prompt)
-            or all(isinstance(p, list) and p and all(_is_int(t) for t in p) for p in prompt)
-        )
-    )
-    if not ok:
-        raise InvalidRequestError(
-            f"'{field}' must be a string, an array of strings, or token ids", param=field, code="invalid_type"
-        )
+    if isinstance(prompt, str):
+        b, x = _str_size(prompt)
+        return 1, InputSize(b, x, _PER_PROMPT)
+    if not isinstance(prompt, list) or not prompt:
+        raise _bad_prompt(field)
+    first = prompt[0]
+    if isinstance(first, str):
+        tb = tx = 0
+        for p in prompt:
+            if not isinstance(p, str):
+                raise _bad_prompt(field)
+            b, x = _str_size(p)
+            tb, tx = tb + b, tx + x
+        return len(prompt), InputSize(tb, tx, _PER_PROMPT * len(prompt))
+    if _is_int(first):
+        if not all(_is_int(t) for t in prompt):
+            raise _bad_prompt(field)
+        return 1, InputSize(0, 0, len(prompt))
+    ids = 0
+    for p in prompt:
+        if not (isinstance(p, list) and p and all(_is_int(t) for t in p)):
+            raise _bad_prompt(field)
+        ids += len(p)
+    return len(prompt), InputSize(0, 0, ids)
 
 
-def _optional_int(body: dict[str, Any], field: str, minimum: int) -> int | None:
+def _optional_int(body: dict[str, Any], field: str, minimum: int, maximum: int | None = None) -> int | None:
     v = body.get(field)
     if v is None:
         return None
@@ -113,20 +198,25 @@ def _optional_int(body: dict[str, Any], field: str, minimum: int) -> int | None:
         raise InvalidRequestError(f"'{field}' must be an integer", param=field, code="invalid_type")
     if v < minimum:
         raise InvalidRequestError(f"'{field}' must be >= {minimum}", param=field, code="invalid_value")
+    if maximum is not None and v > maximum:
+        raise InvalidRequestError(f"'{field}' must be <= {maximum}", param=field, code="invalid_value")
     return int(v)
 
 
-def prepare(kind: Kind, body: dict[str, Any], model: Model, upstream_model: str) -> Prepared:
-    """Validate what the gateway relies on and rewrite the body for the pool (mutates `body`)."""
-    if kind is Kind.CHAT:
-        _check_messages(body.get("messages"))
-    elif kind is Kind.COMPLETIONS:
-        _check_prompt(body.get("prompt"), "prompt")
-    else:
-        _check_prompt(body.get("input"), "input")
-        body["model"] = upstream_model
-        return Prepared(body=body, alias=model.name, stream=False, client_usage=False, max_tokens=None)
+def _generated(body: dict[str, Any]) -> tuple[int, int]:
+    """(n, sequences generated per prompt): vLLM generates `best_of` candidates and returns the best `n`
+    (usage counts the `n` returned), so the reservation covers `max(n, best_of)`."""
+    n = _optional_int(body, "n", 1, MAX_N) or 1
+    best_of = _optional_int(body, "best_of", 1, MAX_BEST_OF)
+    if best_of is None:
+        return n, n
+    if best_of < n:
+        raise InvalidRequestError("'best_of' must be >= 'n'", param="best_of", code="invalid_value")
+    return n, best_of
 
+
+def _stream_flags(body: dict[str, Any]) -> tuple[bool, dict[str, Any] | None, bool]:
+    """(stream, the client's stream_options, whether it asked for the usage chunk)."""
     stream = body.get("stream", False)
     if stream is None:
         stream = False
@@ -144,8 +234,23 @@ def prepare(kind: Kind, body: dict[str, Any], model: Model, upstream_model: str)
             param="stream_options.include_usage",
             code="invalid_type",
         )
-    _optional_int(body, "n", 1)
+    return stream, opts, bool(include)
 
+
+def prepare(kind: Kind, body: dict[str, Any], model: Model, upstream_model: str) -> Prepared:
+    """Validate what the gateway relies on and rewrite the body for the pool (mutates `body`); measures
+    the prompt and the output multipliers for the reservation on the way (no second pass)."""
+    n, per_prompt = _generated(body)  # validated on every endpoint: a bad `n` is a 400, never a 500
+    if kind is Kind.CHAT:
+        prompts, size = 1, _chat_size(body)
+    elif kind is Kind.COMPLETIONS:
+        prompts, size = _check_prompt(body.get("prompt"), "prompt")
+    else:
+        _, size = _check_prompt(body.get("input"), "input")
+        body["model"] = upstream_model
+        return Prepared(body, model.name, False, False, None, size, 0, 0)  # embeddings generate nothing
+
+    stream, opts, include = _stream_flags(body)
     mct = _optional_int(body, "max_completion_tokens", 1) if kind is Kind.CHAT else None
     mt = _optional_int(body, "max_tokens", 1)
     limits = model.max_tokens
@@ -168,55 +273,20 @@ def prepare(kind: Kind, body: dict[str, Any], model: Model, upstream_model: str)
     elif opts is not None:
         # OpenAI rejects stream_options without stream; vLLM too. Drop it rather than fail.
         body.pop("stream_options")
-    return Prepared(
-        body=body, alias=model.name, stream=stream, client_usage=bool(include), max_tokens=granted
-    )
+    return Prepared(body, model.name, stream, include, granted, size, prompts * n, prompts * per_prompt)
 
 
-_PER_MESSAGE = 8  # role markers and separators a chat template adds around each message
-
-
-def _text_bytes(content: Any) -> int:
-    if isinstance(content, str):
-        return len(content.encode())
-    if isinstance(content, list):
-        n = 0
-        for part in content:
-            if isinstance(part, dict):
-                text = part.get("text")
-                n += len(text.encode()) if isinstance(text, str) else 1024  # images, audio: a flat allowance
-            elif isinstance(part, str):
-                n += len(part.encode())
-            elif isinstance(part, int):
-                n += 1
-            elif isinstance(part, list):
-                n += len(part)
-        return n
-    return 0
+def input_size(kind: Kind, body: dict[str, Any]) -> InputSize:
+    """The size `prepare` measures, for a body that has not been through it (tests, tools)."""
+    if kind is Kind.CHAT:
+        return _chat_size(body)
+    return _check_prompt(body.get("prompt" if kind is Kind.COMPLETIONS else "input"), "prompt")[1]
 
 
 def estimate_input_tokens(kind: Kind, body: dict[str, Any], bytes_per_token: float) -> int:
-    """An upper bound of the prompt's tokens, cheap to compute (no tokenizer on the hot path).
-
-    Token-id prompts are counted exactly; text is `bytes / bytes_per_token`; chat adds a per-message
-    allowance for the template plus the serialized tools, which the template renders into the prompt.
-    """
-    if kind is Kind.CHAT:
-        n_bytes = 0
-        messages = body.get("messages") or []
-        for m in messages:
-            if isinstance(m, dict):
-                n_bytes += _text_bytes(m.get("content"))
-                calls = m.get("tool_calls")
-                if calls:
-                    n_bytes += len(orjson.dumps(calls))
-        tools = body.get("tools")
-        if tools:
-            n_bytes += len(orjson.dumps(tools))
-        return int(n_bytes / bytes_per_token) + 1 + _PER_MESSAGE * (len(messages) + 1)
-    prompt = body.get("prompt" if kind is Kind.COMPLETIONS else "input")
-    if isinstance(prompt, list) and prompt and all(isinstance(p, int) for p in prompt):
-        return len(prompt)
-    if isinstance(prompt, list) and prompt and all(isinstance(p, list) for p in prompt):
-        return sum(len(p) for p in prompt)
-    return int(_text_bytes(prompt) / bytes_per_token) + 1 + _PER_MESSAGE
+    """The gateway's input estimate before any calibration (gateway.budget.estimate): text at
+    `bytes_per_token`, token ids exactly, a per-message or per-prompt allowance for the template and
+    special tokens, a flat allowance per image or audio part, the serialized tools (which the template
+    renders into the prompt)."""
+    size = input_size(kind, body)
+    return int(size.text_bytes / bytes_per_token) + size.fixed
