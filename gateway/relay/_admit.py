@@ -1,10 +1,12 @@
 """Stage 6, admit; and stage 8, settle: the request against its token budgets (gateway.budget).
 
-The reservation covers every multiplier of output the request may produce (`n`, a cascade's calls)
-and the input estimate. A stream without a client `max_tokens` that may outgrow one reserved chunk
-is metered as it runs and topped up instead of reserving its whole allowance. A direct request to a
-vLLM pool of a key with ample headroom is admitted speculatively (docs/design/017): the pool is
-called while the reservation is in flight, and nothing reaches the client before it is granted.
+The reservation covers every multiplier of output the request may produce (prompts, `n`, `best_of`,
+a cascade's calls: `Prepared.outputs` x calls) and the input estimate, calibrated per pool from the
+prompt tokens the pool settles (gateway.budget.estimate, docs/design/019). A stream without a
+client `max_tokens` that may outgrow one reserved chunk is metered as it runs and topped up instead
+of reserving its whole allowance. A direct request to a vLLM pool of a key with ample headroom is
+admitted speculatively (docs/design/017): the pool is called while the reservation is in flight,
+and nothing reaches the client before it is granted.
 """
 
 from __future__ import annotations
@@ -12,10 +14,10 @@ from __future__ import annotations
 import asyncio
 
 from gateway.budget.admission import Admissions, Ticket
+from gateway.budget.estimate import InputEstimates
 from gateway.edge.exchange import RequestIds
 from gateway.observability.tracing import TraceHooks
 from gateway.relay._context import RequestContext
-from gateway.relay.normalize import estimate_input_tokens
 from gateway.relay.response_cache import BYPASS
 from gateway.routing.route import Route
 
@@ -26,7 +28,7 @@ class Admit:
     ) -> None:
         self._admissions = admissions
         self._ids = ids
-        self._bytes_per_token = bytes_per_token
+        self._estimates = InputEstimates(bytes_per_token)
         self._trace = trace
 
     async def __call__(self, ctx: RequestContext, route: Route, running: int) -> None:
@@ -34,10 +36,8 @@ class Admit:
         `running`: the requests this process is handling (gates speculation)."""
         prep, decided, tenant = ctx.prep, ctx.decided, ctx.tenant
         assert prep is not None and tenant is not None
-        body = ctx.body
-        n = body.get("n") or 1
         calls = decided.calls if decided is not None and decided.plan.cascade else 1
-        granted = (prep.max_tokens or 0) * n * calls
+        granted = (prep.max_tokens or 0) * prep.outputs * calls
         admissions = self._admissions
         ctx.topup = prep.stream and ctx.open_ended and calls == 1 and granted > admissions.stream_chunk_tokens
         if ctx.topup:
@@ -45,9 +45,17 @@ class Admit:
             prep.body["stream_options"]["continuous_usage_stats"] = True
         # Leases need an id unique per admission; a client's x-request-id may repeat.
         lease_id = self._ids.new().decode()
-        # A cascade may make several calls: reserve for all of them, settle what was used.
-        estimate = estimate_input_tokens(ctx.kind, body, self._bytes_per_token) * calls
-        admission = admissions.admit(lease_id, tenant, route.pool.config.name, estimate, granted, ctx.topup)
+        pool = route.pool.config.name
+        if calls == 1:
+            estimate = self._estimates.of(pool).tokens(prep.size)
+        else:
+            # A cascade may make several calls, on pools of other tokenizers: reserve for all of them
+            # at the highest estimate, settle what was used.
+            assert decided is not None
+            estimate = max(self._estimates.of(r.pool.config.name).tokens(prep.size) for r in decided.routes)
+            estimate *= calls
+        ctx.reserved_in, ctx.granted_out = estimate, granted
+        admission = admissions.admit(lease_id, tenant, pool, estimate, granted, ctx.topup)
         if (
             decided is None
             and route.pool.config.engine == "vllm"  # no speculative calls to billed APIs
@@ -92,4 +100,13 @@ class Admit:
             ctx.usage_in = 0  # the pool failed before doing work it reported
         elif not ctx.reported:
             ctx.usage_in = ticket.input_estimate  # the client left: the prompt was processed
+        elif ctx.fault is None and ctx.status == 200:
+            self._calibrate(ctx)
         self._admissions.settle(ticket, ctx.usage_in, ctx.usage_out)
+
+    def _calibrate(self, ctx: RequestContext) -> None:
+        """Teach the pool's estimate the prompt tokens it reported (one call to one pool only: a
+        cascade's usage is a sum over pools)."""
+        decided, route, prep = ctx.decided, ctx.route, ctx.prep
+        if (decided is None or not decided.plan.cascade) and route is not None and prep is not None:
+            self._estimates.of(route.pool.config.name).observe(prep.size, ctx.usage_in)

@@ -2,8 +2,9 @@
 
 The stages (gateway.relay.pipeline) read and fill one context instead of passing a dozen values
 along: the request's headers and body, its route or routed plan, the admission (ticket, or a
-speculative one in flight), the cache lookup. What settlement and observability read (tenant,
-usage, timings, status) lives on its base, `gateway.edge.exchange.Exchange`.
+speculative one in flight, and the reservation the pool's usage is checked against), the cache
+lookup. What settlement and observability read (tenant, usage, timings, status) lives on its base,
+`gateway.edge.exchange.Exchange`.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import asyncio
 from typing import Any
 
 from gateway.budget.admission import Ticket
+from gateway.budget.usage import checked
 from gateway.edge.exchange import Exchange, Kind, RequestHeaders
 from gateway.relay.normalize import Prepared
 from gateway.relay.response_cache import Lookup
@@ -22,7 +24,7 @@ from gateway.routing.table import Decided
 class RequestContext(Exchange):
     __slots__ = (
         "headers", "t0", "body", "alias", "route", "decided", "prep", "ticket", "pending", "admitting",
-        "look", "hit", "open_ended", "topup", "key",
+        "look", "hit", "open_ended", "topup", "key", "reserved_in", "granted_out", "fault",
     )  # fmt: skip
 
     def __init__(self, kind: Kind, headers: RequestHeaders, rid: bytes, t0: float) -> None:
@@ -43,3 +45,13 @@ class RequestContext(Exchange):
         self.open_ended = False  # the client set no max_tokens / max_completion_tokens
         self.topup = False  # a stream metered as it runs and topped up (budget.admission)
         self.key: int | None = None  # the prefix-affinity key for the replica picker
+        # The reservation (relay._admit), what a pool's reported usage is checked against.
+        self.reserved_in = 0  # the input estimate
+        self.granted_out = 0  # the output the pool may generate, every multiplier included
+        self.fault: str | None = None  # what was wrong with the pool's usage (gateway.budget.usage)
+
+    def record(self, usage: Any) -> None:
+        """The pool's reported usage, checked against the reservation (a missing or insane count is
+        replaced by the reservation; `fault` says why, for the caller to count)."""
+        self.usage_in, self.usage_out, self.fault = checked(usage, self.reserved_in, self.granted_out)
+        self.reported = True

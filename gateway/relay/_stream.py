@@ -14,6 +14,7 @@ import contextlib
 from time import perf_counter
 
 from gateway.budget.admission import Admissions, Ticket
+from gateway.budget.usage import UsageFaults
 from gateway.edge.exchange import SSE_HEADERS, Kind, Send
 from gateway.errors import UpstreamError, UpstreamUnavailableError
 from gateway.observability.metrics import Metrics
@@ -34,11 +35,13 @@ class StreamCall:
         self._admit = admit
         self._admissions = admissions
         self._metrics = metrics
+        self._faults = UsageFaults(metrics)
 
     async def __call__(self, ctx: RequestContext, route: Route, call: CallSpec, send: Send) -> None:
         pool = route.pool
         overhead = perf_counter() - ctx.t0
         opened: OpenStream | None = None
+        ticket: Ticket | None = None
         verdict, t_first, t_last = "neutral", 0.0, 0.0
         try:
             opened = await self._calls.open_stream(pool, call)
@@ -52,7 +55,7 @@ class StreamCall:
         finally:
             if opened is not None:
                 pool.replicas.release(opened.replica, verdict, t_first - ctx.t0 if t_first else None)
-                self._end(ctx, route, opened, (verdict, t_first, t_last))
+                self._end(ctx, route, opened, ticket, (verdict, t_first, t_last))
                 self._metrics.overhead_of(ctx.kind.value).observe(overhead)
 
     async def _start(
@@ -82,7 +85,7 @@ class StreamCall:
                 if ctx.topup and ticket.topping_up and splitter.produced >= ticket.output_reserved:
                     if not splitter.saw_done and not await self._admissions.top_up(ticket):
                         # The budget refuses more: stop the pool, end the stream like max_tokens would.
-                        choices = ctx.body.get("n") or 1
+                        choices = ctx.prep.choices if ctx.prep is not None else 1
                         tail = splitter.length_tail(ctx.kind is Kind.CHAT, _client_usage(ctx), choices)
                         break
                 chunk = await read()
@@ -118,15 +121,27 @@ class StreamCall:
         return verdict, t_last, overhead
 
     def _end(
-        self, ctx: RequestContext, route: Route, opened: OpenStream, timing: tuple[str, float, float]
+        self,
+        ctx: RequestContext,
+        route: Route,
+        opened: OpenStream,
+        ticket: Ticket | None,
+        timing: tuple[str, float, float],
     ) -> None:
         """Usage and timings of a stream that started (whatever ended it), and its connection."""
         verdict, t_first, t_last = timing
         splitter = opened.splitter
         if splitter.usage is not None:
-            ctx.record(splitter.usage)
+            ctx.record(splitter.usage)  # the final chunk's, or the last cumulative one
+        elif splitter.saw_done:
+            # A whole stream without usage (asked for on every stream): charged its reservation, the
+            # output topped up so far included.
+            ctx.record(None)
+            ctx.usage_out = max(splitter.events, ticket.output_reserved if ticket else ctx.granted_out)
         else:
-            ctx.usage_out = splitter.events
+            ctx.usage_out = splitter.events  # broken off: what the gateway counted
+        if ctx.fault is not None:
+            self._faults.count(route.pool.config.name, ctx.fault, splitter.usage)
         route.count_usage(ctx.usage_in, ctx.usage_out)
         ct = ctx.usage_out
         if splitter.saw_done and ct > 1 and t_last > t_first:

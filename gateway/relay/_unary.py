@@ -1,6 +1,7 @@
 """Stage 7, call (unary): one pool call, its answer relayed as the pool's bytes.
 
-The answer is parsed once, for its usage only; the client gets the bytes the pool sent.
+The answer is parsed once, for its usage only (checked against the reservation: gateway.budget.usage);
+the client gets the bytes the pool sent.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from time import perf_counter
 
 import orjson
 
+from gateway.budget.usage import UsageFaults
 from gateway.edge.exchange import JSON_HEADERS, Send
 from gateway.errors import UpstreamError
 from gateway.observability.metrics import Metrics
@@ -23,6 +25,7 @@ class UnaryCall:
         self._calls = calls
         self._admit = admit
         self._metrics = metrics
+        self._faults = UsageFaults(metrics)
 
     async def __call__(self, ctx: RequestContext, route: Route, call: CallSpec, send: Send) -> None:
         pool = route.pool
@@ -37,7 +40,10 @@ class UnaryCall:
         if not isinstance(parsed, dict):
             self._metrics.upstream_errors.labels(pool.config.name, "malformed").inc()
             raise UpstreamError(f"pool '{pool.config.name}' returned a malformed response")
-        ctx.record(parsed.get("usage"))
+        usage = parsed.get("usage")
+        ctx.record(usage)
+        if ctx.fault is not None:
+            self._faults.count(pool.config.name, ctx.fault, usage)
         route.count_usage(ctx.usage_in, ctx.usage_out)
         if ctx.capture is not None:
             ctx.capture.append(data)

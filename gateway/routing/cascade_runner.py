@@ -4,6 +4,11 @@
 calls it asks for, through the relay's unary path (replica picking, retries before the first byte,
 breakers), and answers the client with the accepted call's body. A client that leaves cancels the
 handler task, which cancels every call in flight (their upstream connections close, the pools abort).
+
+Each call's usage is checked against its share of the reservation (gateway.budget.usage) before the
+judge or the bill sees it. Whatever ends the cascade (an answer, every call failing, the client
+leaving, an error), what the calls made so far cost is recorded on the request for settlement; a
+call cut off in flight is charged its input estimate (its prompt was processed).
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from typing import Any
 import orjson
 
 from gateway.budget.admission import Ticket
+from gateway.budget.usage import UsageFaults, checked
 from gateway.edge.exchange import JSON_HEADERS, SSE_HEADERS, Exchange, Kind, Send
 from gateway.errors import GatewayError, UpstreamError
 from gateway.observability.metrics import Metrics
@@ -31,15 +37,19 @@ class CascadeRunner:
         self._metrics = metrics
         self._calls = calls
         self._trace: TraceHooks = tracing or NoTracing()
+        self._faults = UsageFaults(metrics)
 
     async def _call(
-        self, d: Decided, call: Call, body: dict[str, Any], headers: dict[str, str], priority: int
+        self, d: Decided, call: Call, body: dict[str, Any], req: Exchange, share: tuple[int, int]
     ) -> tuple[Answer, dict[str, Any] | None, GatewayError | None]:
+        """One call; `share`: one call's part of the reservation (input, output), what its usage is
+        checked against."""
         route = d.routes[call.tier]
         pool = route.pool
         payload = call_body(body, pool.config.model, d.alias.logprobs)
         try:
-            spec = CallSpec(Kind.CHAT, payload, {**pool.headers, **headers}, pool.key(body), priority)
+            headers = {**pool.headers, "x-request-id": req.rid.decode()}
+            spec = CallSpec(Kind.CHAT, payload, headers, pool.key(body), req.priority)
             data = await self._calls.unary(pool, spec)
             parsed = orjson.loads(data)
             if not isinstance(parsed, dict):
@@ -50,6 +60,11 @@ class CascadeRunner:
             self._metrics.upstream_errors.labels(pool.config.name, "malformed").inc()
             bad = UpstreamError(f"pool '{pool.config.name}' returned a malformed response")
             return Answer(call, error=bad.message), None, bad
+        usage = parsed.get("usage")
+        inp, out, fault = checked(usage, *share)
+        if fault is not None:
+            self._faults.count(pool.config.name, fault, usage)
+        parsed["usage"] = {"prompt_tokens": inp, "completion_tokens": out, "total_tokens": inp + out}
         price = d.alias.policy.tiers[call.tier].price
         return answer_of(call, parsed, price.cost if price is not None else None), parsed, None
 
@@ -57,7 +72,8 @@ class CascadeRunner:
         self, d: Decided, body: dict[str, Any], client_usage: bool, req: Exchange, ticket: Ticket, send: Send
     ) -> Route:
         """Answer the client; returns the route of the tier that answered (`req.status` is 200 then)."""
-        accepted, bodies, usage = await self._decide(d, body, req)
+        share = (ticket.input_estimate // d.calls, ticket.output_granted // d.calls)
+        accepted, bodies, usage = await self._decide(d, body, req, share)
         route = d.routes[accepted.tier]
         escalations = len(accepted.state.escalations)
         if req.notes is not None:
@@ -87,28 +103,40 @@ class CascadeRunner:
         return route
 
     async def _decide(
-        self, d: Decided, body: dict[str, Any], req: Exchange
+        self, d: Decided, body: dict[str, Any], req: Exchange, share: tuple[int, int]
     ) -> tuple[Accept, dict[Call, dict[str, Any]], dict[str, int]]:
         """Make the plan's calls, step by step, until the judge accepts one (or every call of the last
-        step failed: that failure is raised). What every call cost is recorded on `req` either way."""
+        step failed: that failure is raised). What every call cost is recorded on `req` whatever ends
+        the cascade, the client leaving included."""
         cascade, name = d.alias.cascade, d.alias.name
-        headers = {"x-request-id": req.rid.decode()}
         bodies: dict[Call, dict[str, Any]] = {}
+        made: list[Answer] = []  # every call that returned, in order
         state, step = cascade.start(d.plan)
-        while True:
-            results = await asyncio.gather(
-                *(self._call(d, c, body, headers, req.priority) for c in step.calls)
-            )
-            errors = [err for _, _, err in results if err is not None]
-            for answer, parsed, _ in results:
-                if parsed is not None:
-                    bodies[answer.call] = parsed
-            with self._trace.span("cascade.judge"):
-                decision = cascade.judge(d.plan, state, d.prompt, [a for a, _, _ in results])
-            if not isinstance(decision, Escalate):
-                break
-            self._metrics.router_escalations.labels(name, decision.reason.value).inc()
-            state, step = decision.state, decision.step
+        in_flight = 0
+        try:
+            while True:
+                in_flight = len(step.calls)
+                results = await asyncio.gather(*(self._call(d, c, body, req, share) for c in step.calls))
+                in_flight = 0
+                made.extend(a for a, _, _ in results)
+                errors = [err for _, _, err in results if err is not None]
+                for answer, parsed, _ in results:
+                    if parsed is not None:
+                        bodies[answer.call] = parsed
+                with self._trace.span("cascade.judge"):
+                    decision = cascade.judge(d.plan, state, d.prompt, [a for a, _, _ in results])
+                if not isinstance(decision, Escalate):
+                    break
+                self._metrics.router_escalations.labels(name, decision.reason.value).inc()
+                state, step = decision.state, decision.step
+        except BaseException:
+            # Cancelled (the client left) or a step raised: the calls already made are still charged,
+            # and the ones cut off in flight their prompt.
+            spent = summed_usage(made)
+            spent["prompt_tokens"] += in_flight * share[0]
+            spent["total_tokens"] += in_flight * share[0]
+            req.record(spent)
+            raise
         usage = summed_usage(decision.state.answers)
         req.record(usage)  # what every call cost, charged to the tenant at settlement
         req.costs = [
