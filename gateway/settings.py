@@ -71,6 +71,12 @@ class Settings(BaseSettings):
     max_connections: int = Field(
         4096, ge=1, description="open client connections per process; more are answered 503 at once"
     )
+    send_buffer_bytes: int = Field(
+        128 * 1024,
+        ge=4096,
+        description="socket send buffer per client connection: bounds how much of a response a client "
+        "that stopped reading can leave in flight before write_stall_s starts counting",
+    )
     keepalive_timeout_s: float = Field(5.0, gt=0, description="idle keep-alive connections close after this")
     max_json_depth: int = Field(
         64, ge=4, le=200, description="request bodies nested deeper (objects/arrays) get 400"

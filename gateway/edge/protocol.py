@@ -11,7 +11,9 @@ request that arrives whole (the common case, one `data_received`):
   request's first byte; a body within `body_timeout_s` and at `body_min_rate` bytes/s on average
   after the first `tick_s` -> 408 (the relay sees a client that left: nothing reserved is lost);
 - a response the client stops reading for `write_stall_s` -> the connection is aborted, which the
-  relay sees as a client that left (the pool call is cancelled, the reservation settled);
+  relay sees as a client that left (the pool call is cancelled, the reservation settled). The
+  socket's send buffer is capped at `send_buffer_bytes`: left to autotuning it grows to megabytes
+  on a fast link, which at 50 tokens/s is minutes of a stream before a stalled reader shows;
 - at most `max_connections` open connections per process -> 503 at once, before any parsing;
 - every error the server itself answers (these and httptools' parse errors) is OpenAI-shaped JSON.
 
@@ -21,6 +23,7 @@ Checks run on one timer per slow connection (`tick_s`), armed only while a reque
 from __future__ import annotations
 
 import asyncio
+import socket
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,6 +52,7 @@ class EdgeLimits:
     body_min_rate: int = 1024  # bytes/s, averaged over the body so far
     write_stall_s: float = 30.0
     max_connections: int = 4096
+    send_buffer_bytes: int = 128 * 1024
     tick_s: float = 1.0
 
 
@@ -97,6 +101,9 @@ class _Guarded(HttpToolsProtocol):
         if len(self.connections) > self.limits.max_connections:
             self._answer(UpstreamUnavailableError("the gateway has too many open connections"))
             return
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.limits.send_buffer_bytes)
         self._began = self.loop.time()
         self._arm()
 

@@ -39,6 +39,7 @@ _EDGE = (
     "body_min_rate",
     "write_stall_s",
     "max_connections",
+    "send_buffer_bytes",
 )
 
 
