@@ -281,6 +281,23 @@ def parse_chat(ctx: Context, body: dict[str, Any]) -> Job:
     return _build(ctx, body, "chat", [(prompt, last_user)], requested, top)
 
 
+def _ids_text(ids: list[Any]) -> str:
+    """Token ids as text of exactly one piece per id (vLLM counts a token-id prompt as given): each id
+    in base 36, at most 4 word characters below 36**4 (every real vocabulary is smaller)."""
+    out = []
+    for t in ids:
+        if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < 36**4:
+            raise bad_request(f"token id {t!r} is out of vocabulary", "prompt")
+        digits = ""
+        while True:
+            t, r = divmod(t, 36)
+            digits = "0123456789abcdefghijklmnopqrstuvwxyz"[r] + digits
+            if not t:
+                break
+        out.append(digits)
+    return " ".join(out)
+
+
 def parse_completion(ctx: Context, body: dict[str, Any]) -> Job:
     raw = body.get("prompt")
     texts: list[str]
@@ -289,9 +306,9 @@ def parse_completion(ctx: Context, body: dict[str, Any]) -> Job:
     elif isinstance(raw, list) and raw and all(isinstance(p, str) for p in raw):
         texts = list(raw)
     elif isinstance(raw, list) and raw and all(isinstance(t, int) for t in raw):
-        texts = [" ".join(map(str, raw))]  # token ids: one piece per id
+        texts = [_ids_text(raw)]
     elif isinstance(raw, list) and raw and all(isinstance(p, list) for p in raw):
-        texts = [" ".join(map(str, p)) for p in raw]
+        texts = [_ids_text(p) for p in raw]
     else:
         raise bad_request("prompt must be a string, a list of strings or token ids", "prompt")
     requested = _int(body, "max_tokens", 16, 1)
