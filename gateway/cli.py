@@ -79,6 +79,18 @@ def _add_keys(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     create.add_argument("--app", required=True)
     create.add_argument("--tier", default="standard", help="a tier of limits.tiers (default: standard)")
     create.add_argument("--models", help="comma-separated aliases the key may call (default: all)")
+    create.add_argument(
+        "--pools",
+        help="comma-separated pools the key's requests may be served by; a routed alias's plan is cut "
+        "to them (default: the tier's tenancy.tier_pools, else all)",
+    )
+    create.add_argument(
+        "--limits",
+        nargs="+",
+        metavar="LIMIT",
+        help="key-level overrides of the tier's limits, as a JSON object or key=value pairs, e.g. "
+        "tokens_per_min=3000 concurrent=2 (names: limits.tiers.<tier>.key)",
+    )
     create.add_argument("--id", help="key id (default: generated)")
     create.add_argument("--json", action="store_true", help="print the whole response as JSON")
     lst = ksub.add_parser("list", parents=[remote], help="list keys (never their plaintext)")

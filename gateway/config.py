@@ -196,11 +196,7 @@ class Tenancy(_Frozen):
         "memory", description="where keys created by `llmgw keys` / the admin API live"
     )
     cache_ttl_s: float = Field(
-        5.0,
-        gt=0,
-        le=5.0,
-        description="key lookups are cached this long (the revocation delay when a replica misses the "
-        "revocation broadcast)",
+        5.0, gt=0, le=5.0, description="key lookups are fresh this long (the delay of missed revocations)"
     )
     stale_ttl_s: float = Field(
         600.0,

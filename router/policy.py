@@ -1,7 +1,7 @@
 """The routing policy: a pure function from what is known about a request to an ordered plan of tiers.
 
     plan_route(policy, difficulty, thresholds=..., latency_budget_ms=..., headroom=..., risk_flags=...,
-               streaming=...) -> Plan
+               streaming=..., allowed_tiers=...) -> Plan
 
 Semantics, in the order they apply:
 
@@ -12,15 +12,19 @@ Semantics, in the order they apply:
    a cascade the cheap tier is the sensible start: the scorer, not the prompt, then decides).
 2. Risk flags raise the start to the highest `risk_floor` of the flags present (e.g. a tenant that
    must not be answered by a small model).
-3. Headroom: tiers at or above the start whose pool SLO headroom (1 = idle, 0 = at its SLO) is at or
+3. Allowed tiers (the caller's key may use only some pools): the tiers from the start up are cut to
+   the allowed ones; when none of them is allowed, the strongest allowed tier below the start is the
+   only one (the request is capped at what the key may use, never refused for its wording). Done
+   before the steps are formed, so a cascade is built over the tiers that may really be called.
+4. Headroom: tiers at or above the start whose pool SLO headroom (1 = idle, 0 = at its SLO) is at or
    below `min_headroom` are left out. The strongest tier is never left out: when everything is
    saturated, admission control, not routing, has to say no.
-4. Steps: route only (no cascade, or a streaming request under `stream_mode: route_only`) gives one
+5. Steps: route only (no cascade, or a streaming request under `stream_mode: route_only`) gives one
    step per remaining tier, the later ones being failover. A cascade forms steps by its mode: one call
    per tier (`single`), two samples of each non-final tier (`samples`), or two adjacent tiers called
    together (`tiers`; a lone first cheap tier that nothing can agree with is skipped). The strongest
    remaining tier is always the last step, alone. `max_escalations` keeps the first steps and the last.
-5. Latency budget: steps run one after the other, so when the tiers' `typical_latency_ms` add up to
+6. Latency budget: steps run one after the other, so when the tiers' `typical_latency_ms` add up to
    more than the budget, the cheapest steps are dropped until the rest fits (or only the last is left).
 
 Price enters through the tier order (validated cheap -> strong in the config) and through accounting;
@@ -71,6 +75,19 @@ def start_tier(policy: RoutingPolicy, difficulty: float | None, thresholds: Sequ
     return bisect.bisect_right(list(thresholds), difficulty)
 
 
+def _allowed(ladder: list[int], allowed: Collection[int], start: int, notes: list[str]) -> list[int]:
+    """The ladder cut to the allowed tiers; all of them above what is allowed: the best allowed one."""
+    kept = [t for t in ladder if t in allowed]
+    if not kept:
+        below = [t for t in allowed if 0 <= t < start]
+        if not below:
+            raise ValueError(f"no allowed tier among {sorted(allowed)}")
+        kept = [max(below)]
+    if kept != ladder:
+        notes.append("allowed_tiers")
+    return kept
+
+
 def _cascade_steps(ladder: list[int], mode: str) -> list[Step]:
     *cheap, last = ladder
     steps: list[Step] = []
@@ -98,8 +115,11 @@ def plan_route(
     headroom: Mapping[str, float] | None = None,
     risk_flags: Collection[str] = (),
     streaming: bool = False,
+    allowed_tiers: Collection[int] | None = None,
 ) -> Plan:
-    """The ordered plan for one request (see the module docstring for the rules)."""
+    """The ordered plan for one request (see the module docstring for the rules).
+
+    `allowed_tiers` (None: all) must hold at least one tier of the policy (ValueError otherwise)."""
     n = len(policy.tiers)
     notes: list[str] = []
     start = start_tier(policy, difficulty, thresholds)
@@ -111,6 +131,8 @@ def plan_route(
         notes.append("risk_floor")
 
     ladder = list(range(start, n))
+    if allowed_tiers is not None:
+        ladder = _allowed(ladder, allowed_tiers, start, notes)
     if headroom:
         room = [t for t in ladder[:-1] if headroom.get(policy.tiers[t].pool, 1.0) > policy.min_headroom]
         if len(room) < len(ladder) - 1:

@@ -89,6 +89,7 @@ def build_api(app: GatewayApp) -> FastAPI:
             set(app.policy.limits.tiers),
             {m.name for m in app.policy.models},
             static_keys=app.parts.static_keys,
+            pools={p.name for p in app.policy.pools},
         )
     )
     api.include_router(app.observer.feedback.router(app.parts.auth))

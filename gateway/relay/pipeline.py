@@ -128,14 +128,14 @@ class Relay:
         raw = await read_body(ctx.headers.content_length, receive, self._max_body, self._max_depth)
         body = ctx.body = parse_body(raw)
         ctx.alias = alias_of(body)
-        await self._authenticate(ctx)
+        pools = await self._authenticate(ctx)
         self.observer.begin(ctx, ctx.kind, body)
         if self._cached is not None:
             if await self._cached.serve(ctx, send):
                 return
         else:
             ctx.cache = BYPASS
-        route = await self._route(ctx)
+        route = await self._route(ctx, pools)
         self._normalize(ctx, route)
         await self._admit(ctx, route, self._running)
         ctx.watch(receive)
@@ -148,24 +148,30 @@ class Relay:
         if self._cached is not None:
             self._cached.remember(ctx)
 
-    async def _authenticate(self, ctx: RequestContext) -> None:
+    async def _authenticate(self, ctx: RequestContext) -> frozenset[str]:
+        """The caller (on the context) and the pools its key may use (empty: any), checked against the
+        alias here, before the cache can answer."""
         h = ctx.headers
         try:
             with self._trace.span("auth"):
                 principal = await self._auth.authenticate(h.authorization, ctx.alias, api_key=h.api_key)
+                self._routes.check_pools(ctx.alias, principal.pools)
         except (AuthenticationError, PermissionDeniedError) as err:
             self._metrics.auth_failures.labels(str(err.code)).inc()
             raise
         ctx.tenant = principal.tenant
         ctx.priority = _PRIORITY.get(principal.tenant.priority, 0)
+        return principal.pools
 
-    async def _route(self, ctx: RequestContext) -> Route:
-        """The direct alias's route, or a routed alias's plan and its first tier."""
+    async def _route(self, ctx: RequestContext, pools: frozenset[str]) -> Route:
+        """The direct alias's route, or a routed alias's plan (cut to `pools`) and its first tier."""
         route = ctx.route = self._routes.direct(ctx.alias)
         if route is not None:
             return route
         with self._trace.span("routing"):
-            decided = ctx.decided = await self._routes.decide(ctx.kind, ctx.alias, ctx.body, ctx.headers)
+            decided = ctx.decided = await self._routes.decide(
+                ctx.kind, ctx.alias, ctx.body, ctx.headers, pools
+            )
         route = ctx.route = decided.first
         if ctx.notes is not None:
             ctx.notes["route"] = {

@@ -54,9 +54,15 @@ class RoutedAlias:
     logprobs: bool  # a scorer needs token log-probabilities: ask the pools for them
 
     async def plan(
-        self, messages: Any, latency_budget_ms: float | None, risk: Sequence[str], streaming: bool
+        self,
+        messages: Any,
+        latency_budget_ms: float | None,
+        risk: Sequence[str],
+        streaming: bool,
+        allowed: frozenset[int] | None = None,
     ) -> tuple[Plan, float | None, str]:
-        """(plan, difficulty or None, the text the cascade's scorers see)."""
+        """(plan, difficulty or None, the text the cascade's scorers see); `allowed`: the tiers the
+        caller's key may use (None: all; never empty)."""
         text = request_text(messages if isinstance(messages, list) else [])
         difficulty = await self.difficulty.score(text) if self.difficulty is not None else None
         plan = plan_route(
@@ -66,6 +72,7 @@ class RoutedAlias:
             latency_budget_ms=latency_budget_ms,
             risk_flags=risk,
             streaming=streaming,
+            allowed_tiers=allowed,
         )
         return plan, difficulty, text
 

@@ -4,6 +4,12 @@ A direct alias has one `Route` (its settings on its pool). A routed alias (`mode
 Route per tier; `Routes.decide` asks its routing policy for a plan (difficulty off the event loop,
 then a pure plan: `gateway.routing.aliases.RoutedAlias.plan`) and says whether the relay serves it
 itself (route only) or the cascade runner does.
+
+Pool restrictions (a key's `pools`, or its tier's `tenancy.tier_pools`): `check_pools` refuses, before
+the cache and any call, a direct alias on a pool the key may not use and a routed alias none of whose
+tiers it may use (403 naming the alias). A routed alias's plan is then cut to the allowed tiers
+(`router.policy.plan_route(allowed_tiers=...)`): a hard prompt from a key allowed only the small pool
+is answered by the small pool, whatever its wording makes the router choose.
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ from typing import Any
 
 from gateway.config import Policy
 from gateway.edge.exchange import Kind, RequestHeaders
-from gateway.errors import InvalidRequestError, ModelNotFoundError
+from gateway.errors import InvalidRequestError, ModelNotFoundError, PermissionDeniedError
 from gateway.observability.metrics import Metrics
 from gateway.routing.aliases import RoutedAlias
 from gateway.routing.route import Route
@@ -70,6 +76,7 @@ class Routes:
         }
         for name, ra in (routed or {}).items():
             metrics.router_fallback.labels(name).set(1 if ra.fallback else 0)
+        self._pools: dict[str, tuple[str, ...]] = {m.name: m.route.pools for m in policy.models}
 
     def direct(self, alias: str) -> Route | None:
         """The route of a direct alias; None for a routed (or unknown) one."""
@@ -80,8 +87,22 @@ class Routes:
         route = self._direct.get(alias)
         return route if route is not None else self._routed[alias][1][0]
 
-    async def decide(self, kind: Kind, alias: str, body: dict[str, Any], h: RequestHeaders) -> Decided:
-        """A routed alias's plan for this request (difficulty off the event loop, then a pure plan)."""
+    def check_pools(self, alias: str, allowed: frozenset[str]) -> None:
+        """Refuse (403) an alias that no pool the key may use serves (`allowed` empty: any pool)."""
+        pools = self._pools.get(alias)
+        if allowed and pools is not None and not any(p in allowed for p in pools):
+            raise _pools_refused(alias, pools, allowed)
+
+    async def decide(
+        self,
+        kind: Kind,
+        alias: str,
+        body: dict[str, Any],
+        h: RequestHeaders,
+        allowed: frozenset[str] = frozenset(),
+    ) -> Decided:
+        """A routed alias's plan for this request (difficulty off the event loop, then a pure plan),
+        over the tiers whose pools the key may use (`allowed`; empty: all)."""
         entry = self._routed.get(alias)
         if entry is None:
             raise ModelNotFoundError(
@@ -92,11 +113,14 @@ class Routes:
             raise InvalidRequestError(
                 f"the routed model '{alias}' serves chat completions only", param="model"
             )
+        tiers = frozenset(i for i, p in enumerate(routed.pools) if p in allowed) if allowed else None
+        if tiers is not None and not tiers:
+            raise _pools_refused(alias, routed.pools, allowed)
         budget = _latency_budget(h.latency_budget)
         risk = [f.strip() for f in h.risk.decode("latin-1").split(",") if f.strip()] if h.risk else []
         t = perf_counter()
         stream = bool(body.get("stream"))
-        plan, difficulty, prompt = await routed.plan(body.get("messages"), budget, risk, stream)
+        plan, difficulty, prompt = await routed.plan(body.get("messages"), budget, risk, stream, tiers)
         self._metrics.router_seconds.labels(alias).observe(perf_counter() - t)
         headers: list[tuple[bytes, bytes]] = []
         if difficulty is not None:
@@ -112,6 +136,15 @@ class Routes:
             headers.append((b"x-llmgw-tier", tier.pool.config.name.encode()))
             self._metrics.router_decisions.labels(alias, tier.pool.config.name, "false").inc()
         return Decided(routed, routes, plan, difficulty, prompt, headers, direct)
+
+
+def _pools_refused(alias: str, pools: tuple[str, ...], allowed: frozenset[str]) -> PermissionDeniedError:
+    return PermissionDeniedError(
+        f"The API key is not allowed to use model '{alias}': it may be served only by the pools "
+        f"{sorted(allowed)}, and '{alias}' is served by {list(pools)}.",
+        param="model",
+        code="pool_not_allowed",
+    )
 
 
 def _latency_budget(value: bytes | None) -> float | None:

@@ -44,6 +44,11 @@ class CreateKey(BaseModel):
     app: Name
     tier: str = "standard"
     models: list[str] = Field([], description="aliases the key may call; empty = all")
+    pools: list[str] = Field(
+        [],
+        description="pools the key's requests may be served by (routed aliases' plans are cut to them); "
+        "empty = the tier's tenancy.tier_pools, else all",
+    )
     limits: LevelLimits | None = Field(None, description="overrides of the tier's key-level limits")
     id: KeyId | None = Field(None, description="generated when absent")
 
@@ -67,15 +72,14 @@ def build_admin_router(
     aliases: set[str],
     *,
     static_keys: Sequence[KeyRecord] = (),
-    clock: Callable[[], float] = time.time,
+    pools: set[str] | None = None,
 ) -> APIRouter:
     """`static_keys` are the policy's keys (`gateway.tenancy.keys.static_records`): listed, never
-    revocable here."""
+    revocable here. `pools`: the policy's pool names, which a key's `pools` must name (None: unchecked)."""
     if admin_key and hash_key(admin_key) in {r.sha256 for r in static_keys}:
         raise ValueError("the admin key must not also be a tenant key declared in tenancy.keys")
-    admin = _KeysAdmin(
-        store, admin_key.encode("utf-8") if admin_key else None, tiers, aliases, static_keys, clock
-    )
+    secret = admin_key.encode("utf-8") if admin_key else None
+    admin = _KeysAdmin(store, secret, tiers, aliases, pools, static_keys)
     router = APIRouter(prefix="/admin", dependencies=[Depends(admin.require_admin)], include_in_schema=False)
     router.add_api_route("/keys", admin.create_key, methods=["POST"])
     router.add_api_route("/keys", admin.list_keys, methods=["GET"])
@@ -92,15 +96,16 @@ class _KeysAdmin:
         admin_secret: bytes | None,
         tiers: set[str],
         aliases: set[str],
+        pools: set[str] | None,  # None: a key's pools are not checked
         static_keys: Sequence[KeyRecord],
-        clock: Callable[[], float],
     ) -> None:
         self._store = store
         self._admin_secret = admin_secret
         self._tiers = tiers
         self._aliases = aliases
+        self._pools = pools
         self._static = {r.key_id: r for r in static_keys}
-        self._clock = clock
+        self._clock: Callable[[], float] = time.time  # created_at, unix seconds
 
     async def require_admin(self, request: Request) -> None:
         if self._admin_secret is None:
@@ -127,13 +132,9 @@ class _KeysAdmin:
                 param="tier",
                 code="unknown_tier",
             )
-        unknown = sorted(set(body.models) - self._aliases)
-        if unknown:
-            raise InvalidRequestError(
-                f"unknown model(s) {unknown} (models: {sorted(self._aliases)})",
-                param="models",
-                code="unknown_model",
-            )
+        _known("model", body.models, self._aliases)
+        if self._pools is not None:
+            _known("pool", body.pools, self._pools)
         key_id = body.id or new_key_id()
         if key_id in self._static:
             raise ConflictError(f"key id '{key_id}' is declared in the policy file (tenancy.keys)")
@@ -145,6 +146,7 @@ class _KeysAdmin:
             app=body.app,
             tier=body.tier,
             models=frozenset(body.models),
+            pools=frozenset(body.pools),
             limits=body.limits,
             created_at=self._clock(),
             revoked_at=None,
@@ -174,6 +176,16 @@ class _KeysAdmin:
         if not await self._store.revoke(key_id):
             raise NotFoundError(f"no API key with id '{key_id}'", code="key_not_found")
         return JSONResponse({"object": "api_key", "id": key_id, "revoked": True})
+
+
+def _known(what: str, names: list[str], known: set[str]) -> None:
+    unknown = sorted(set(names) - known)
+    if unknown:
+        raise InvalidRequestError(
+            f"unknown {what}(s) {unknown} ({what}s: {sorted(known)})",
+            param=f"{what}s",
+            code=f"unknown_{what}",
+        )
 
 
 async def _create_body(request: Request) -> CreateKey:

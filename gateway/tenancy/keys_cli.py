@@ -85,7 +85,11 @@ def _error_text(response: httpx.Response) -> str:
 def _create(args: argparse.Namespace, client: httpx.Client) -> int:
     body: dict[str, Any] = {"org": args.org, "app": args.app, "tier": args.tier}
     if args.models:
-        body["models"] = [m.strip() for m in args.models.split(",") if m.strip()]
+        body["models"] = _names(args.models)
+    if args.pools:
+        body["pools"] = _names(args.pools)
+    if args.limits:
+        body["limits"] = parse_limits(args.limits)
     if args.id:
         body["id"] = args.id
     created = _call(client, "POST", "/admin/keys", body)
@@ -99,16 +103,56 @@ def _create(args: argparse.Namespace, client: httpx.Client) -> int:
     return 0
 
 
+def _names(text: str) -> list[str]:
+    return [n.strip() for n in text.split(",") if n.strip()]
+
+
+def parse_limits(items: list[str]) -> dict[str, Any]:
+    """`--limits`: JSON objects and/or key=value pairs (values read as JSON when they parse, so
+    `tokens_per_min=3000` is a number and `shadow=["concurrent"]` a list), merged in order. The admin
+    API validates the names and values (`CreateKey.limits`) and its error names the field."""
+    out: dict[str, Any] = {}
+    for item in items:
+        if item.lstrip().startswith("{"):
+            try:
+                obj = json.loads(item)
+            except ValueError as exc:
+                raise CliError(f"--limits: not valid JSON: {exc}") from exc
+            if not isinstance(obj, dict):
+                raise CliError("--limits: a JSON value must be an object")
+            out.update(obj)
+            continue
+        name, sep, raw = item.partition("=")
+        if not sep or not name.strip():
+            raise CliError(f"--limits: expected key=value or a JSON object, got {item!r}")
+        try:
+            out[name.strip()] = json.loads(raw)
+        except ValueError:
+            out[name.strip()] = raw
+    return out
+
+
 def _list(args: argparse.Namespace, client: httpx.Client) -> int:
     keys: list[dict[str, Any]] = _call(client, "GET", "/admin/keys")["data"]
     if args.json:
         print(json.dumps(keys, indent=2))
         return 0
-    rows = [("ID", "ORG", "APP", "TIER", "MODELS", "SOURCE", "STATUS", "SHA256")]
+    rows = [("ID", "ORG", "APP", "TIER", "MODELS", "POOLS", "SOURCE", "STATUS", "SHA256")]
     for k in keys:
         models = ",".join(k["models"]) or "*"
+        pools = ",".join(k.get("pools", ())) or "*"
         rows.append(
-            (k["id"], k["org"], k["app"], k["tier"], models, k["source"], k["status"], k["sha256_prefix"])
+            (
+                k["id"],
+                k["org"],
+                k["app"],
+                k["tier"],
+                models,
+                pools,
+                k["source"],
+                k["status"],
+                k["sha256_prefix"],
+            )
         )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for r in rows:
@@ -118,7 +162,10 @@ def _list(args: argparse.Namespace, client: httpx.Client) -> int:
 
 def _revoke(args: argparse.Namespace, client: httpx.Client) -> int:
     _call(client, "DELETE", f"/admin/keys/{args.id}")
-    print(f"revoked {args.id} (every replica refuses it within the key cache TTL, at most 5 s)")
+    print(
+        f"revoked {args.id} (refused at once by the gateway that revoked it and, through the revocation "
+        "broadcast, by the other replicas; at most the key cache TTL, 5 s, for a replica that missed it)"
+    )
     return 0
 
 

@@ -27,7 +27,12 @@ def make_app(store: KeyStore, admin_key: str | None = ADMIN) -> FastAPI:
 
     app.include_router(
         build_admin_router(
-            store, admin_key, set(LIMITS.tiers), {"small", "large"}, static_keys=static_records(TENANCY)
+            store,
+            admin_key,
+            set(LIMITS.tiers),
+            {"small", "large"},
+            static_keys=static_records(TENANCY),
+            pools={"small", "large"},
         )
     )
     return app

@@ -14,8 +14,9 @@ import uvicorn
 from gateway.cli import build_parser, main
 from gateway.config import Tenancy
 from gateway.tenancy.auth import Authenticator
-from gateway.tenancy.keys import MemoryKeyStore, hash_key
-from ratelimit.model import LimitsConfig
+from gateway.tenancy.keys import KeyRecord, MemoryKeyStore, hash_key
+from gateway.tenancy.keys_cli import CliError, parse_limits
+from ratelimit.model import LevelLimits, LimitsConfig
 from tests.integration.tenancy.admin_app import ADMIN, make_app
 from tests.support.thread_server import uvicorn_in_thread
 
@@ -141,3 +142,49 @@ def test_offline_hash_and_generate(
     monkeypatch.setattr("sys.stdin", io.StringIO(key + "\n"))
     assert main(["keys", "hash"]) == 0
     assert capsys.readouterr().out.strip() == sha
+
+
+def _record(store: MemoryKeyStore, key_id: str) -> KeyRecord:
+    return next(r for r in asyncio.run(store.list()) if r.key_id == key_id)
+
+
+def test_create_with_pools_and_limits(env: MemoryKeyStore, capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["keys", "create", "--org", "acme", "--app", "chat", "--id", "cli-lim", "--models", "small"]
+    args += ["--pools", "small", "--limits", "tokens_per_min=3000", "concurrent=2"]
+    assert main(args) == 0, capsys.readouterr().err
+    record = _record(env, "cli-lim")
+    assert record.pools == frozenset({"small"})
+    assert record.limits == LevelLimits(tokens_per_min=3000, concurrent=2)
+    assert main(["keys", "list"]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("cli-lim"))
+    assert row.split()[5] == "small"  # the POOLS column
+    json_args = ["keys", "create", "--org", "acme", "--app", "chat", "--id", "cli-json"]
+    assert main([*json_args, "--limits", '{"requests_per_min": 5, "shadow": ["requests_per_min"]}']) == 0
+    limits = _record(env, "cli-json").limits
+    assert limits.requests_per_min == 5 and limits.shadow == frozenset({"requests_per_min"})
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--limits", "tokens_per_hour=5"], "limits.tokens_per_hour"),
+        (["--limits", "concurrent=-1"], "limits.concurrent"),
+        (["--pools", "huge"], "unknown pool(s) ['huge']"),
+    ],
+)
+def test_bad_pools_and_limits_are_reported_by_name(
+    env: MemoryKeyStore, capsys: pytest.CaptureFixture[str], extra: list[str], message: str
+) -> None:
+    assert main(["keys", "create", "--org", "acme", "--app", "chat", *extra]) == 1
+    assert message in capsys.readouterr().err
+
+
+def test_parse_limits_forms() -> None:
+    assert parse_limits(["tokens_per_min=10", '{"concurrent": 1}', 'shadow=["concurrent"]']) == {
+        "tokens_per_min": 10,
+        "concurrent": 1,
+        "shadow": ["concurrent"],
+    }
+    for bad in (["tokens_per_min"], ["{not json"], ["[1]"], ["=3"]):
+        with pytest.raises(CliError):
+            parse_limits(bad)

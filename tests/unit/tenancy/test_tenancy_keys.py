@@ -70,6 +70,14 @@ def test_record_json_round_trip_keeps_partial_limits() -> None:
     assert LevelLimits(tokens_per_min=100).merged(back.limits).tokens_per_min == 100
 
 
+def test_record_pools_round_trip_and_older_records_allow_every_pool() -> None:
+    r = record(pools=frozenset({"small"}))
+    assert KeyRecord.from_json(r.to_json()) == r
+    old = r.to_dict()
+    del old["pools"]  # a record written before keys had pools
+    assert KeyRecord.from_dict(old).pools == frozenset()
+
+
 def test_static_records_come_from_the_policy() -> None:
     tenancy = Tenancy(
         keys=[StaticKey(id="ops", sha256=hash_key("sk-ops"), org="o", app="a", models=frozenset({"small"}))]
