@@ -16,7 +16,7 @@ PATH = re.compile(
 # from its own layer or a lower one.
 LAYERS: list[tuple[str, ...]] = [
     ("gateway.errors", "gateway.config", "gateway.config_pool", "gateway.settings"),
-    ("gateway.edge.exchange", "gateway.edge.openapi", "gateway.tenancy"),
+    ("gateway.edge.exchange", "gateway.edge.openapi", "gateway.edge.protocol", "gateway.tenancy"),
     ("gateway.observability",),
     ("gateway.upstream", "gateway.budget"),
     ("gateway.routing",),
@@ -27,6 +27,7 @@ LAYERS: list[tuple[str, ...]] = [
         "gateway.edge.api",
         "gateway.edge.drain",
         "gateway.edge.server",
+        "gateway.edge._worker_protocol",
         "gateway.cli",
     ),
 ]
