@@ -43,6 +43,8 @@ HIT = b"hit"
 SEMANTIC_HIT = b"semantic-hit"
 MISS = b"miss"
 BYPASS = b"bypass"
+# The label of requests for a model no alias names: client-chosen strings never become label values.
+UNKNOWN_ALIAS = "(unknown)"
 _MAX_PENDING_WRITES = 1024  # a backend slower than traffic loses writes, never memory
 
 
@@ -95,6 +97,13 @@ class ResponseCache:
         self._pending: set[asyncio.Future[None]] = set()
         pools = {p.name: p for p in policy.pools}
         self._aliases: dict[str, _Alias] = {}
+        # Label children per configured alias, created (at 0) up front: a dashboard shows zeros, and a
+        # model name the client made up never becomes a series (it is counted as UNKNOWN_ALIAS).
+        self._counters = {
+            (name, status): metrics.cache_requests.labels(name, status.decode())
+            for name in (*(m.name for m in policy.models), UNKNOWN_ALIAS)
+            for status in (HIT, SEMANTIC_HIT, MISS, BYPASS)
+        }
         for m in policy.models:
             if m.cache is None:
                 continue
@@ -198,8 +207,9 @@ class ResponseCache:
         return stored[1], SEMANTIC_HIT
 
     def counted(self, alias: str, status: bytes, usage: tuple[int, int] | None) -> None:
-        self._metrics.cache_requests.labels(alias, status.decode()).inc()
-        if usage is not None:
+        counter = self._counters.get((alias, status)) or self._counters[(UNKNOWN_ALIAS, status)]
+        counter.inc()
+        if usage is not None:  # a hit: the alias is configured (an entry was stored under it)
             self._metrics.cache_saved_tokens.labels(alias, "input").inc(usage[0])
             self._metrics.cache_saved_tokens.labels(alias, "output").inc(usage[1])
 
