@@ -3,8 +3,8 @@
 Every failure a caller can see is a `GatewayError` subclass that knows its HTTP status, its OpenAI
 `type` and `code`, and whether a retry may help. One renderer turns it into the OpenAI error body
 `{"error": {"message", "type", "param", "code"}}` (all four keys always present), which the official
-SDKs unwrap into their exception classes. Upstream failures are normalized here too: vLLM puts an
-integer `code` and a class name in `type`, and its 401 body is not OpenAI-shaped at all.
+SDKs unwrap into their exception classes. Which of these a pool's answer becomes (and what of its
+text a client may see: none) is gateway.upstream.failures.
 """
 
 from __future__ import annotations
@@ -163,61 +163,3 @@ class UpstreamTimeoutError(GatewayError):
     type = "api_error"
     default_code = "upstream_timeout"
     retryable = True
-
-
-# -- upstream normalization -----------------------------------------------------------------------
-
-_PASS_THROUGH_4XX: dict[int, type[GatewayError]] = {
-    400: InvalidRequestError,
-    413: RequestTooLargeError,
-    422: UnprocessableEntityError,
-    429: RateLimitError,
-}
-
-
-def _upstream_message(body: bytes) -> tuple[str | None, str | None, str | None]:
-    """(message, param, code) from an upstream body in any of the shapes pools use."""
-    try:
-        data = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return None, None, None
-    if not isinstance(data, dict):
-        return None, None, None
-    err = data.get("error", data)
-    if isinstance(err, str):  # vLLM's 401: {"error": "Unauthorized"}
-        return err, None, None
-    if not isinstance(err, dict):
-        return None, None, None
-    message = err.get("message")
-    if not isinstance(message, str):
-        message = data.get("detail") if isinstance(data.get("detail"), str) else None
-    param = err.get("param") if isinstance(err.get("param"), str) else None
-    code = err.get("code")
-    # vLLM sends the HTTP status as an integer code; OpenAI clients expect a string or null.
-    code_str = code if isinstance(code, str) else None
-    return message, param, code_str
-
-
-def from_upstream(status: int, body: bytes, pool: str, retry_after: str | None = None) -> GatewayError:
-    """Map a non-2xx pool response to the error the caller should see."""
-    message, param, code = _upstream_message(body)
-    cls = _PASS_THROUGH_4XX.get(status)
-    if cls is not None:
-        # The caller's request was at fault (context too long, bad parameter): say so in their terms.
-        err = cls(message or f"pool '{pool}' rejected the request (HTTP {status})", param=param, code=code)
-        if status == 429 and retry_after:
-            err.headers["retry-after"] = retry_after
-        return err
-    if status in (401, 403):
-        # Our credentials for the pool are wrong: an operator problem, never the caller's key.
-        return UpstreamError(f"pool '{pool}' rejected the gateway's credentials (HTTP {status})")
-    if status == 404:
-        return UpstreamError(f"pool '{pool}' does not serve the configured model (HTTP 404)")
-    if status == 503:
-        return UpstreamUnavailableError(f"pool '{pool}' is unavailable: {message or 'HTTP 503'}")
-    if status == 504:
-        return UpstreamTimeoutError(f"pool '{pool}' timed out: {message or 'HTTP 504'}")
-    if 400 <= status < 500:
-        return InvalidRequestError(message or f"pool '{pool}' rejected the request (HTTP {status})")
-    detail = f": {message}" if message else ""
-    return UpstreamError(f"pool '{pool}' failed with HTTP {status}{detail}")

@@ -27,7 +27,20 @@ class Disconnected(H1Error):
 
 
 class BadResponse(H1Error):
-    """The server's bytes are not an HTTP/1.1 response."""
+    """The server's bytes are not a response the gateway accepts: not HTTP/1.1, a content-encoding it
+    did not ask for, a header block or an SSE event over its bound. The message holds the details
+    (for the log); `reason` is what a client may be told."""
+
+    def __init__(self, detail: str, reason: str = "a malformed HTTP response") -> None:
+        super().__init__(detail)
+        self.reason = reason
+
+
+def check_encoding(value: str | None) -> None:
+    """Refuse a compressed body: the gateway asks for `accept-encoding: identity` and relays bytes
+    as they are, so a body in any other coding would reach the client undecodable."""
+    if value is not None and value.strip().lower() not in ("", "identity"):
+        raise BadResponse(f"content-encoding {value!r} was not asked for", "a compressed response")
 
 
 class Response:

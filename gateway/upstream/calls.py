@@ -19,10 +19,17 @@ from typing import TypeVar
 import aiohttp
 
 from gateway.edge.exchange import Kind
-from gateway.errors import GatewayError, UpstreamError, UpstreamTimeoutError, from_upstream
+from gateway.errors import GatewayError, UpstreamError, UpstreamTimeoutError
 from gateway.observability.metrics import Metrics
 from gateway.observability.tracing import NoTracing, TraceHooks
-from gateway.upstream.failures import PATHS, RETRY_KINDS, RETRY_STATUSES, classify, no_capacity
+from gateway.upstream.failures import (
+    PATHS,
+    RETRY_KINDS,
+    RETRY_STATUSES,
+    classify,
+    from_upstream,
+    no_capacity,
+)
 from gateway.upstream.h1 import H1Client
 from gateway.upstream.pool_client import PoolClient
 from gateway.upstream.sse import SSESplitter
@@ -93,9 +100,10 @@ class PoolCalls:
         _, stream = await self._with_retries(pool, call, self._stream_attempt)
         return stream
 
-    def failed(self, pool: PoolClient, exc: BaseException) -> GatewayError:
-        """The caller's error for a failure of the upstream client (counted by kind)."""
-        return self._failed(pool, exc).error
+    def failed(self, pool: PoolClient, exc: BaseException, rid: str | None = None) -> GatewayError:
+        """The caller's error for a failure of the upstream client (counted by kind; its details
+        are logged with `rid`)."""
+        return self._failed(pool, exc, rid).error
 
     async def _acquire(self, pool: PoolClient, key: int | None, priority: int) -> Replica:
         try:
@@ -147,17 +155,18 @@ class PoolCalls:
         self._metrics.retries.labels(name, "retried" if replica else "no_other_replica").inc()
         return replica
 
-    def _failed(self, pool: PoolClient, exc: BaseException) -> _Failed:
-        err, kind = classify(exc, pool.config.name)
+    def _failed(self, pool: PoolClient, exc: BaseException, rid: str | None) -> _Failed:
+        err, kind = classify(exc, pool.config.name, rid)
         self._metrics.upstream_errors.labels(pool.config.name, kind).inc()
         return _Failed(err, kind in RETRY_KINDS, "fail")
 
-    def _refused(self, pool: PoolClient, status: int, data: bytes, retry_after: str | None) -> _Failed:
-        name = pool.config.name
+    def _refused(self, pool: PoolClient, call: CallSpec, r: Reply, data: bytes) -> _Failed:
+        name, status = pool.config.name, r.status
         self._metrics.upstream_errors.labels(name, f"status_{status // 100}xx").inc()
         # 5xx is the replica failing (feeds its breaker); 4xx is about the request (or 429: busy).
         verdict = "fail" if status >= 500 else "neutral" if status == 429 else "ok"
-        return _Failed(from_upstream(status, data, name, retry_after), status in RETRY_STATUSES, verdict)
+        err = from_upstream(status, data, name, r.header(b"retry-after"), _rid(call))
+        return _Failed(err, status in RETRY_STATUSES, verdict)
 
     async def _unary_attempt(self, pool: PoolClient, call: CallSpec, replica: Replica) -> bytes:
         transport = self._transports.of(replica)
@@ -168,14 +177,14 @@ class PoolCalls:
             finally:
                 r.release()
         except UPSTREAM_FAILURES as exc:
-            raise self._failed(pool, exc) from None
+            raise self._failed(pool, exc, _rid(call)) from None
         if r.status != 200:
-            raise self._refused(pool, r.status, data, r.header(b"retry-after"))
+            raise self._refused(pool, call, r, data)
         return data
 
     async def _stream_attempt(self, pool: PoolClient, call: CallSpec, replica: Replica) -> OpenStream:
         cfg = pool.config
-        splitter = SSESplitter(strip_usage=call.strip[0], strip_continuous=call.strip[1])
+        splitter = SSESplitter(call.strip[0], call.strip[1], pool=cfg.name, rid=_rid(call))
         transport = self._transports.of(replica)
         resp: Reply | None = None
         try:
@@ -183,7 +192,7 @@ class PoolCalls:
                 async with asyncio.timeout(cfg.timeouts.first_token_s):
                     resp = await transport.post(pool, replica, PATHS[call.kind], call.payload, call.headers)
                     if resp.status != 200:
-                        raise self._refused(pool, resp.status, await resp.read(), resp.header(b"retry-after"))
+                        raise self._refused(pool, call, resp, await resp.read())
                     first = await _first_event(resp, splitter)
             except TimeoutError:
                 self._metrics.upstream_errors.labels(cfg.name, "first_token_timeout").inc()
@@ -193,8 +202,8 @@ class PoolCalls:
                 )
                 raise _Failed(late, False, "fail") from None
             except UPSTREAM_FAILURES as exc:
-                raise self._failed(pool, exc) from None
-            if not first:
+                raise self._failed(pool, exc, _rid(call)) from None
+            if first is None:
                 self._metrics.upstream_errors.labels(cfg.name, "empty_stream").inc()
                 err = UpstreamError(f"pool '{cfg.name}' ended the stream before sending anything")
                 raise _Failed(err, True, "fail")
@@ -205,12 +214,20 @@ class PoolCalls:
         return OpenStream(replica, resp, resp.readany, first, splitter)
 
 
-async def _first_event(resp: Reply, splitter: SSESplitter) -> bytes:
-    """Read until the splitter has a whole event to relay (b"" if the stream ended first)."""
+def _rid(call: CallSpec) -> str | None:
+    return call.headers.get("x-request-id")
+
+
+async def _first_event(resp: Reply, splitter: SSESplitter) -> bytes | None:
+    """Read until the splitter has an output event (or the stream's [DONE]) to relay, with the
+    comments and keep-alives before it; None if the stream ended first. A keep-alive is not a token:
+    it does not end the first-token wait."""
     first = b""
-    while not first:
+    while True:
         chunk = await resp.readany()
         if not chunk:
-            break
-        first, _ = splitter.feed(chunk)
-    return first
+            return None
+        out, has_output = splitter.feed(chunk)
+        first += out
+        if has_output or splitter.saw_done:
+            return first

@@ -1,14 +1,36 @@
 """How an upstream failure reaches the caller: which error (status, OpenAI type), which metric kind,
-and whether another replica may be tried."""
+and whether another replica may be tried.
+
+What a client is told about a pool is the pool's name, the status and a reason of the gateway's own
+words. The pool's own text (a vLLM error message, a connect error naming a host and port) can hold
+internal URLs, host names or tokens: it goes to the `llmgw.upstream` log with the request id,
+never to the client. The structured bits OpenAI clients act on survive when they look like
+identifiers: `param`, a string `code`, and a context-length refusal (as OpenAI's
+`context_length_exceeded`). A pool's `Retry-After` is clamped to `RETRY_AFTER_MAX_S`.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import re
+import time
+from email.utils import parsedate_to_datetime
 
 import aiohttp
+import orjson
 
 from gateway.edge.exchange import Kind
-from gateway.errors import GatewayError, UpstreamError, UpstreamTimeoutError, UpstreamUnavailableError
+from gateway.errors import (
+    GatewayError,
+    InvalidRequestError,
+    RateLimitError,
+    RequestTooLargeError,
+    UnprocessableEntityError,
+    UpstreamError,
+    UpstreamTimeoutError,
+    UpstreamUnavailableError,
+)
 from gateway.upstream._h1_response import BadResponse, ConnectFailed, Disconnected
 from pools.pool import NoCapacity
 
@@ -21,6 +43,22 @@ PATHS = {
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 # Failures after which the request may go to another replica.
 RETRY_KINDS = frozenset({"connect", "disconnect", "client_error"})
+# The longest Retry-After passed on from a pool (seconds): a pool's hour-long (or garbage) value must
+# not park every client. A module default until the pool config grows a key for it.
+RETRY_AFTER_MAX_S = 60
+LOG_TEXT_MAX = 2000  # characters of a pool's error text kept in the log line
+
+log = logging.getLogger("llmgw.upstream")
+
+_IDENTIFIER = re.compile(r"[A-Za-z][A-Za-z0-9_.\-]{0,63}")
+_CONTEXT_LENGTH = re.compile(r"context.length|context window", re.IGNORECASE)
+
+_PASS_THROUGH_4XX: dict[int, type[GatewayError]] = {
+    400: InvalidRequestError,
+    413: RequestTooLargeError,
+    422: UnprocessableEntityError,
+    429: RateLimitError,
+}
 
 
 def no_capacity(exc: NoCapacity) -> GatewayError:
@@ -28,26 +66,101 @@ def no_capacity(exc: NoCapacity) -> GatewayError:
     return UpstreamUnavailableError(str(exc), headers={"retry-after": str(exc.retry_after)})
 
 
-def classify(exc: BaseException, pool: str) -> tuple[GatewayError, str]:
-    """(error for the caller, metric kind) for a failure of the upstream client."""
-    if isinstance(exc, ConnectFailed):
-        return UpstreamUnavailableError(f"pool '{pool}' is unreachable: {exc}"), "connect"
-    if isinstance(exc, Disconnected):
+def clamp_retry_after(value: str | None, now: float | None = None) -> str | None:
+    """A pool's Retry-After (delta-seconds or an HTTP date) as whole seconds in [0, RETRY_AFTER_MAX_S];
+    None when it is absent or unreadable (the error's own default applies)."""
+    if value is None:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return str(min(int(value), RETRY_AFTER_MAX_S))
+    try:
+        when = parsedate_to_datetime(value).timestamp()
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+    delta = when - (time.time() if now is None else now)
+    return str(min(max(0, int(delta + 0.999)), RETRY_AFTER_MAX_S))
+
+
+def _identifier(value: object) -> str | None:
+    return value if isinstance(value, str) and _IDENTIFIER.fullmatch(value) else None
+
+
+def _upstream_fields(body: bytes) -> tuple[str | None, str | None, str | None]:
+    """(message, param, code) from an upstream body in any of the shapes pools use; param and code
+    only when they look like identifiers (vLLM's integer code is dropped)."""
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None, None, None
+    if not isinstance(data, dict):
+        return None, None, None
+    err = data.get("error", data)
+    if isinstance(err, str):  # vLLM's 401: {"error": "Unauthorized"}
+        return err, None, None
+    if not isinstance(err, dict):
+        return None, None, None
+    message = err.get("message")
+    if not isinstance(message, str):
+        message = data.get("detail") if isinstance(data.get("detail"), str) else None
+    return message, _identifier(err.get("param")), _identifier(err.get("code"))
+
+
+def from_upstream(
+    status: int, body: bytes, pool: str, retry_after: str | None = None, rid: str | None = None
+) -> GatewayError:
+    """The caller's error for a non-2xx pool response. The pool's text is logged, not relayed."""
+    message, param, code = _upstream_fields(body)
+    text = message if message is not None else body[:LOG_TEXT_MAX].decode("utf-8", "replace")
+    log.warning("pool %r answered HTTP %d (request %s): %s", pool, status, rid, text[:LOG_TEXT_MAX])
+    wait = clamp_retry_after(retry_after)
+    cls = _PASS_THROUGH_4XX.get(status)
+    if cls is not None:
+        # The caller's request was at fault (context too long, bad parameter): say so in their terms.
+        reason = f"pool '{pool}' rejected the request (HTTP {status})"
+        if status == 400 and message is not None and _CONTEXT_LENGTH.search(message):
+            reason = f"the request exceeds the model's context length (pool '{pool}', HTTP 400)"
+            code = code or "context_length_exceeded"
+        elif status == 429:
+            reason = f"pool '{pool}' is rate limiting requests (HTTP 429)"
+        err = cls(reason, param=param, code=code)
+        if status == 429 and wait is not None:
+            err.headers["retry-after"] = wait
+        return err
+    if status in (401, 403):
+        # Our credentials for the pool are wrong: an operator problem, never the caller's key.
+        return UpstreamError(f"pool '{pool}' rejected the gateway's credentials (HTTP {status})")
+    if status == 404:
+        return UpstreamError(f"pool '{pool}' does not serve the configured model (HTTP 404)")
+    if status == 503:
+        headers = {"retry-after": wait} if wait is not None else None
+        return UpstreamUnavailableError(f"pool '{pool}' is unavailable (HTTP 503)", headers=headers)
+    if status == 504:
+        return UpstreamTimeoutError(f"pool '{pool}' timed out (HTTP 504)")
+    if 400 <= status < 500:
+        return InvalidRequestError(f"pool '{pool}' rejected the request (HTTP {status})")
+    return UpstreamError(f"pool '{pool}' failed with HTTP {status}")
+
+
+def classify(exc: BaseException, pool: str, rid: str | None = None) -> tuple[GatewayError, str]:
+    """(error for the caller, metric kind) for a failure of the upstream client; the failure's own
+    text (addresses, OS errors) is logged with the request id."""
+    err, kind = _classify(exc, pool)
+    log.warning("pool %r: %s (request %s): %s: %s", pool, kind, rid, type(exc).__name__, exc)
+    return err, kind
+
+
+def _classify(exc: BaseException, pool: str) -> tuple[GatewayError, str]:
+    if isinstance(exc, ConnectFailed | aiohttp.ClientConnectorError):
+        return UpstreamUnavailableError(f"pool '{pool}' is unreachable"), "connect"
+    if isinstance(exc, Disconnected | aiohttp.ServerDisconnectedError | aiohttp.ClientPayloadError):
         return UpstreamError(
             f"pool '{pool}' closed the connection before the answer was complete"
         ), "disconnect"
     if isinstance(exc, BadResponse):
-        return UpstreamError(f"pool '{pool}' sent a malformed HTTP response"), "client_error"
-    if isinstance(exc, aiohttp.ClientConnectorError):
-        return UpstreamUnavailableError(
-            f"pool '{pool}' is unreachable: {exc.os_error.strerror or exc}"
-        ), "connect"
+        return UpstreamError(f"pool '{pool}' sent {exc.reason}"), "client_error"
     if isinstance(exc, asyncio.TimeoutError | aiohttp.ServerTimeoutError):
         return UpstreamTimeoutError(f"pool '{pool}' did not answer in time"), "timeout"
-    if isinstance(exc, aiohttp.ServerDisconnectedError | aiohttp.ClientPayloadError):
-        return UpstreamError(
-            f"pool '{pool}' closed the connection before the answer was complete"
-        ), "disconnect"
     if isinstance(exc, aiohttp.ClientError | OSError):
         return UpstreamError(f"pool '{pool}' request failed: {type(exc).__name__}"), "client_error"
     raise exc

@@ -1,20 +1,49 @@
 """Server-sent events from a pool, relayed as bytes.
 
 The gateway never re-serializes content chunks: it splits the upstream byte stream at event
-boundaries (`\\n\\n`), forwards complete events as they are, and looks inside only for the usage
-object (to meter tokens) and for error events (to normalize them). The usage-only chunk
-(`"choices":[]` plus a usage object) is cut out when the client did not ask for it. Scanning is a
-couple of `bytes.find` calls per upstream read; JSON is parsed only for the usage and error events.
+boundaries, forwards complete events as they are, and looks inside only for the usage object (to
+meter tokens), the end (`[DONE]`) and error events (to normalize them). The usage-only chunk
+(`"choices":[]` plus a usage object) is cut out when the client did not ask for it.
+
+Framing is the WHATWG one: a line ends with CRLF, LF or CR; a blank line ends an event; a line is
+a field (`data:`, `event:`, `id:`, `retry:`, with or without a space after the colon) or a comment
+(`: keep-alive`); an event's data is its `data` lines joined by LF. Two paths read it:
+- the common one, what vLLM sends (LF only, every event a `data:` event, no `[DONE]` other than
+  `data: [DONE]` at the end, no error): a couple of `bytes.find`/`count` calls per upstream read;
+  JSON is parsed only for the usage events;
+- everything else (CR or CRLF endings, comments, other fields, multi-line data, error events):
+  event by event, by the spec. Its bytes are still relayed as they came.
+Only data events count as output (comments and keep-alives are no tokens, and do not end the wait
+for the first one). An event may not grow past `MAX_EVENT_BYTES` unfinished: the buffer is bounded,
+the stream fails with an `EventTooLarge` (a `BadResponse`: the upstream's fault).
 """
 
 from __future__ import annotations
 
+import logging
+import re
 from typing import Any
 
 import orjson
 
+from gateway.upstream._h1_response import BadResponse
+
 DONE = b"data: [DONE]\n\n"
 _SEP = b"\n\n"
+MAX_EVENT_BYTES = 1 << 20  # an event still incomplete past this is an upstream error
+# A blank line: two line ends (a lone CR must not be the CR of a CRLF).
+_BOUNDARY = re.compile(rb"(?:\r\n|\r(?!\n)|\n)(?:\r\n|\r|\n)")
+_LINE = re.compile(rb"\r\n|\r|\n")
+
+log = logging.getLogger("llmgw.upstream")
+
+
+class EventTooLarge(BadResponse):
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(
+            f"an SSE event reached {size} bytes unfinished (limit {limit})",
+            f"a stream event larger than {limit >> 10} KiB",
+        )
 
 
 def error_event(body: bytes) -> bytes:
@@ -37,7 +66,7 @@ def _non_null_usage_at(part: bytes, start: int = 0) -> int:
 
 
 def _event_bounds(part: bytes, at: int) -> tuple[int, int]:
-    """The [start, end) of the event (including its separator) that contains byte `at`."""
+    """The [start, end) of the event (including its separator) that contains byte `at` (LF framing)."""
     start = part.rfind(_SEP, 0, at)
     start = 0 if start == -1 else start + 2
     end = part.find(_SEP, at)
@@ -45,23 +74,64 @@ def _event_bounds(part: bytes, at: int) -> tuple[int, int]:
     return start, end
 
 
+def data_of(event: bytes) -> bytes | None:
+    """An event's data: its `data` fields' values joined by LF; None if it has none (a comment, a
+    blank line, an event of only `event:`/`id:`/`retry:` fields)."""
+    values: list[bytes] | None = None
+    for line in _LINE.split(event):
+        name, colon, value = line.partition(b":")
+        if name != b"data":
+            continue
+        if colon and value[:1] == b" ":
+            value = value[1:]
+        if values is None:
+            values = [value]
+        else:
+            values.append(value)
+    return None if values is None else b"\n".join(values)
+
+
 def _event_json(event: bytes) -> dict[str, Any] | None:
     line = event.strip()
-    if not line.startswith(b"data:"):
-        return None
+    if line.startswith(b"data:") and b"\n" not in line and b"\r" not in line:
+        data = line[5:]  # one data line (the usual): orjson skips the space
+    else:
+        found = data_of(event)
+        if found is None:
+            return None
+        data = found
     try:
-        data = orjson.loads(line[5:])
+        parsed = orjson.loads(data)
     except orjson.JSONDecodeError:
         return None
-    return data if isinstance(data, dict) else None
+    return parsed if isinstance(parsed, dict) else None
+
+
+def _last_boundary(buf: bytes, start: int) -> int:
+    """The end of the last blank line in `buf` at or after `start`, or -1."""
+    end = -1
+    for m in _BOUNDARY.finditer(buf, start):
+        end = m.end()
+    return end
 
 
 class SSESplitter:
     """Incremental splitter for one upstream stream."""
 
-    __slots__ = ("_buf", "strip_usage", "strip_continuous", "usage", "saw_done", "error", "events", "meta")
+    __slots__ = (
+        "_buf", "strip_usage", "strip_continuous", "usage", "saw_done", "error", "events", "meta",
+        "pool", "rid", "max_event", "_cr",
+    )  # fmt: skip
 
-    def __init__(self, strip_usage: bool, strip_continuous: bool = False) -> None:
+    def __init__(
+        self,
+        strip_usage: bool,
+        strip_continuous: bool = False,
+        *,
+        pool: str = "",
+        rid: str | None = None,
+        max_event: int = MAX_EVENT_BYTES,
+    ) -> None:
         self._buf = b""
         self.strip_usage = strip_usage
         # The gateway asked for per-chunk usage (to meter a stream as it runs) that the client did not:
@@ -70,8 +140,14 @@ class SSESplitter:
         self.usage: dict[str, Any] | None = None
         self.saw_done = False
         self.error: dict[str, Any] | None = None  # an error event the pool sent mid-stream
-        self.events = 0  # output events forwarded
+        self.events = 0  # output (data) events forwarded
         self.meta: dict[str, Any] | None = None  # id/object/created/model of a parsed chunk
+        self.pool = pool  # for the error message and the log line of a mid-stream error
+        self.rid = rid
+        self.max_event = max_event
+        # The last cut ended on a CR that may be the first half of a CRLF: an LF that follows is
+        # forwarded at once, not held as the start of the next event.
+        self._cr = False
 
     @property
     def produced(self) -> int:
@@ -100,17 +176,24 @@ class SSESplitter:
         return out + DONE
 
     def feed(self, data: bytes) -> tuple[bytes, bool]:
-        """Complete events to forward now, and whether any of them carried generated output."""
-        buf = self._buf + data if self._buf else data
-        cut = buf.rfind(_SEP)
-        if cut == -1:
-            self._buf = buf
-            return b"", False
-        body, self._buf = buf[: cut + 2], buf[cut + 2 :]
-        done_here = body.endswith(DONE)
-        if done_here:
-            self.saw_done = True
-            body = body[: -len(DONE)]
+        """Complete events to forward now, and whether any of them carried generated output.
+        Raises `EventTooLarge` when an unfinished event outgrows `max_event`."""
+        if self._buf or self._cr or not data.endswith(_SEP):
+            data = self._split(data)
+            if not data:
+                return data, False
+        # The common case: whole LF-framed data events as vLLM writes them, read with a few scans.
+        # Anything else goes event by event. ([DONE] is looked for as the read's last event: it is
+        # the stream's last.)
+        n = data.count(_SEP)
+        if (
+            b"\r" in data
+            or data.endswith(b"[DONE]\n\n")
+            or b'"error"' in data
+            or data.count(b"\n\ndata:") + data.startswith(b"data:") != n
+        ):
+            return self._by_event(data)
+        body = data
         at = _non_null_usage_at(body)
         while at != -1:
             s, e = _event_bounds(body, at)
@@ -122,33 +205,97 @@ class SSESplitter:
                     if self.strip_usage:
                         body = body[:s] + body[e:]
                         e = s
+                        n -= 1
                 elif self.strip_continuous:
                     event = b"data: " + orjson.dumps(parsed) + _SEP
                     body = body[:s] + event + body[e:]
                     e = s + len(event)
             at = _non_null_usage_at(body, e)
-        if b'{"error"' in body:
-            body = self._normalize_errors(body)
-        has_output = bool(body)
-        if has_output:
-            self.events += body.count(_SEP)
-        return (body + DONE if done_here else body), has_output
+        self.events += n
+        return body, n > 0
 
-    def _normalize_errors(self, body: bytes) -> bytes:
-        """Rewrite a pool's mid-stream error event (vLLM: integer code) into the OpenAI shape."""
-        out = []
-        for event in body.split(_SEP):
-            parsed = _event_json(event) if event else None
-            err = parsed.get("error") if parsed is not None else None
-            if isinstance(err, dict):
-                self.error = err
-                message = err.get("message") if isinstance(err.get("message"), str) else "upstream error"
-                code = err.get("code") if isinstance(err.get("code"), str) else "upstream_error"
-                event = b"data: " + orjson.dumps(
-                    {"error": {"message": message, "type": "api_error", "param": None, "code": code}}
-                )
-            out.append(event)
-        return _SEP.join(out)
+    def _split(self, data: bytes) -> bytes:
+        """When events and reads do not line up, or the framing is not LF: the complete events in the
+        held bytes and `data` (b"" if none); the rest is held, bounded by `max_event`."""
+        lead = b""
+        if self._cr:
+            self._cr = False
+            if data[:1] == b"\n" and not self._buf:
+                lead, data = b"\n", data[1:]  # the LF of a CRLF whose CR ended the last cut
+        held = len(self._buf)
+        buf = self._buf + data if held else data
+        if b"\r" in buf:
+            cut = _last_boundary(buf, max(0, held - 3))
+            self._cr = cut == len(buf) and buf[-1] == 0x0D
+        else:
+            cut = buf.rfind(_SEP, max(0, held - 1))
+            if cut != -1:
+                cut += 2
+        rest = buf[cut:] if cut != -1 else buf
+        if len(rest) > self.max_event:
+            raise EventTooLarge(len(rest), self.max_event)
+        self._buf = rest
+        return lead + buf[:cut] if cut != -1 else lead
+
+    def _by_event(self, body: bytes) -> tuple[bytes, bool]:
+        """`feed` for any framing: each event read by the spec, forwarded as it came unless it is the
+        usage chunk to cut, a continuous-usage chunk to strip or an error to normalize."""
+        out: list[bytes] = []
+        start = 0
+        outputs = 0
+        for m in _BOUNDARY.finditer(body):
+            event, start = body[start : m.end()], m.end()
+            data = data_of(event)
+            if data is None:
+                out.append(event)  # a comment, a keep-alive, a blank line, event:/id:/retry: alone
+                continue
+            if data == b"[DONE]":
+                self.saw_done = True
+                out.append(event)
+                continue
+            piece = self._data_event(event, data)
+            if piece is not None:
+                outputs += 1
+                out.append(piece)
+        self.events += outputs
+        return b"".join(out), outputs > 0
+
+    def _data_event(self, event: bytes, data: bytes) -> bytes | None:
+        """What to forward for one data event (None: cut out, not output)."""
+        if b'"usage"' not in data and b'"error"' not in data:
+            return event
+        try:
+            parsed = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            return event
+        if not isinstance(parsed, dict):
+            return event
+        err = parsed.get("error")
+        if isinstance(err, dict):
+            return self._normalized(err)
+        if not isinstance(parsed.get("usage"), dict):
+            return event
+        self.usage = parsed.pop("usage")
+        self.meta = parsed
+        if parsed.get("choices") == []:
+            return None if self.strip_usage else event
+        if self.strip_continuous:
+            return b"data: " + orjson.dumps(parsed) + _SEP
+        return event
+
+    def _normalized(self, err: dict[str, Any]) -> bytes:
+        """A pool's mid-stream error event (vLLM: integer code) in the OpenAI shape, in the gateway's
+        words: the pool's message is logged, not relayed."""
+        self.error = err
+        log.warning("pool %r sent an error event (request %s): %s", self.pool, self.rid, str(err)[:2000])
+        where = f"pool '{self.pool}'" if self.pool else "the pool"
+        body = {
+            "message": f"{where} reported an error during the stream",
+            "type": "api_error",
+            "param": None,
+            "code": "upstream_error",
+        }
+        return b"data: " + orjson.dumps({"error": body}) + _SEP
 
     def leftover(self) -> bytes:
         return self._buf

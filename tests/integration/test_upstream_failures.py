@@ -81,12 +81,12 @@ def _assert_error_shape(resp: httpx.Response) -> dict[str, Any]:
 @pytest.mark.parametrize(
     ("alias", "status", "type_", "code", "message_has"),
     [
-        ("s500", 502, "api_error", "upstream_error", "engine crashed"),
+        ("s500", 502, "api_error", "upstream_error", "failed with HTTP 500"),
         ("html500", 502, "api_error", "upstream_error", "HTTP 500"),
-        ("s400", 400, "invalid_request_error", None, "maximum context length"),
+        ("s400", 400, "invalid_request_error", "context_length_exceeded", "context length"),
         ("s401", 502, "api_error", "upstream_error", "credentials"),
         ("s404", 502, "api_error", "upstream_error", "does not serve"),
-        ("s429", 429, "rate_limit_error", "rate_limit_exceeded", "slow down"),
+        ("s429", 429, "rate_limit_error", "rate_limit_exceeded", "rate limiting"),
         ("s503", 503, "api_error", "upstream_unavailable", "unavailable"),
         ("malformed", 502, "api_error", "upstream_error", "malformed"),
         ("slow", 504, "api_error", "upstream_timeout", "in time"),

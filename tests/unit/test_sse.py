@@ -59,13 +59,20 @@ def test_spaced_json_is_understood() -> None:
     assert s.usage == {"prompt_tokens": 1, "completion_tokens": 2}
 
 
-def test_vllm_error_event_is_normalized() -> None:
-    s = SSESplitter(strip_usage=True)
-    out, _ = s.feed(ev({"error": {"message": "boom", "type": "InternalServerError", "code": 500}}) + DONE)
+def test_vllm_error_event_is_normalized_in_the_gateways_words() -> None:
+    s = SSESplitter(strip_usage=True, pool="small")
+    secret = "boom at http://10.0.0.7:8000 token=abc"
+    out, _ = s.feed(ev({"error": {"message": secret, "type": "InternalServerError", "code": 500}}) + DONE)
     first = out.split(b"\n\n")[0]
     assert orjson.loads(first[6:]) == {
-        "error": {"message": "boom", "type": "api_error", "param": None, "code": "upstream_error"}
+        "error": {
+            "message": "pool 'small' reported an error during the stream",
+            "type": "api_error",
+            "param": None,
+            "code": "upstream_error",
+        }
     }
+    assert b"10.0.0.7" not in out
     assert out.endswith(DONE)
     assert s.error is not None
 

@@ -1,0 +1,127 @@
+"""What a client is told about a pool's refusal or failure: the pool's name, the status and a reason
+in the gateway's words, never the pool's own text; that text goes to the log with the request id."""
+
+from __future__ import annotations
+
+import errno
+from email.utils import formatdate
+
+import orjson
+import pytest
+
+from gateway.upstream._h1_response import BadResponse, ConnectFailed, Disconnected
+from gateway.upstream.failures import RETRY_AFTER_MAX_S, clamp_retry_after, classify, from_upstream
+from gateway.upstream.sse import EventTooLarge
+
+SECRET = "failed at http://vllm-0.internal:8000/v1 with token sk-internal-0123456789 on host gpu-7"
+
+
+def vllm(status: int, message: str = SECRET, code: object = None, param: object = None) -> bytes:
+    return orjson.dumps({"error": {"message": message, "type": "X", "param": param, "code": code or status}})
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "want_status", "want_code", "message"),
+    [
+        (400, vllm(400), 400, None, "pool 'small' rejected the request (HTTP 400)"),
+        (400, vllm(400, code="invalid_value", param="temperature"), 400, "invalid_value", "rejected"),
+        (
+            400,
+            vllm(400, "This model's maximum context length is 2048 tokens. " + SECRET),
+            400,
+            "context_length_exceeded",
+            "the request exceeds the model's context length (pool 'small', HTTP 400)",
+        ),
+        (401, b'{"error":"Unauthorized"}', 502, "upstream_error", "credentials"),
+        (404, vllm(404), 502, "upstream_error", "does not serve"),
+        (413, vllm(413), 413, "request_too_large", "HTTP 413"),
+        (422, b'{"detail":"' + SECRET.encode() + b'"}', 422, "unprocessable_entity", "HTTP 422"),
+        (429, vllm(429), 429, "rate_limit_exceeded", "rate limiting"),
+        (500, vllm(500), 502, "upstream_error", "pool 'small' failed with HTTP 500"),
+        (500, b"<html>" + SECRET.encode(), 502, "upstream_error", "HTTP 500"),
+        (501, vllm(501), 502, "upstream_error", "HTTP 501"),
+        (503, SECRET.encode(), 503, "upstream_unavailable", "unavailable (HTTP 503)"),
+        (504, vllm(504), 504, "upstream_timeout", "timed out (HTTP 504)"),
+        (409, b"[]", 400, None, "HTTP 409"),
+    ],
+)
+def test_a_pool_refusal_tells_name_status_and_a_generic_reason(
+    status: int,
+    body: bytes,
+    want_status: int,
+    want_code: str | None,
+    message: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    err = from_upstream(status, body, "small", rid="req-1")
+    assert err.status == want_status
+    assert err.code == want_code
+    assert message in err.message
+    for leak in ("vllm-0", "sk-internal", "gpu-7", "http://"):
+        assert leak not in err.body().decode()
+    if SECRET in body.decode(errors="replace") and status not in (401,):
+        assert any("req-1" in r.getMessage() and "sk-internal" in r.getMessage() for r in caplog.records)
+
+
+def test_code_and_param_pass_only_when_they_look_like_identifiers() -> None:
+    err = from_upstream(400, vllm(400, code="http://x y", param="a b c"), "p")
+    assert err.code is None and err.param is None
+
+
+@pytest.mark.parametrize(
+    ("value", "want"),
+    [
+        ("7", "7"),
+        ("99999999", str(RETRY_AFTER_MAX_S)),
+        (" 60 ", "60"),
+        ("-5", None),
+        ("soon", None),
+        ("1e9", None),
+        (None, None),
+    ],
+)
+def test_retry_after_is_clamped(value: str | None, want: str | None) -> None:
+    assert clamp_retry_after(value) == want
+
+
+def test_an_http_date_retry_after_becomes_clamped_seconds() -> None:
+    now = 1_800_000_000.0
+    assert clamp_retry_after(formatdate(now + 30, usegmt=True), now) == "30"
+    assert clamp_retry_after(formatdate(now + 86400, usegmt=True), now) == str(RETRY_AFTER_MAX_S)
+    assert clamp_retry_after(formatdate(now - 100, usegmt=True), now) == "0"
+
+
+def test_a_pools_429_and_503_pass_a_clamped_retry_after() -> None:
+    assert from_upstream(429, b"", "p", retry_after="12").response_headers()["retry-after"] == "12"
+    assert from_upstream(429, b"", "p", retry_after="99999999").response_headers()["retry-after"] == "60"
+    assert from_upstream(503, b"", "p", retry_after="99999999").response_headers()["retry-after"] == "60"
+    assert from_upstream(503, b"", "p", retry_after="junk").response_headers()["retry-after"] == "1"
+
+
+@pytest.mark.parametrize(
+    ("exc", "kind", "message"),
+    [
+        (
+            ConnectFailed("10.1.2.3", 19101, ConnectionRefusedError(errno.ECONNREFUSED, "refused")),
+            "connect",
+            "unreachable",
+        ),
+        (Disconnected("gone"), "disconnect", "closed the connection"),
+        (
+            BadResponse("content-encoding 'gzip' from 10.1.2.3", "a compressed response"),
+            "client_error",
+            "compressed",
+        ),
+        (EventTooLarge(2 << 20, 1 << 20), "client_error", "larger than 1024 KiB"),
+        (TimeoutError(), "timeout", "in time"),
+    ],
+)
+def test_transport_failures_hide_addresses_and_log_them(
+    exc: BaseException, kind: str, message: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    err, got = classify(exc, "small", "req-9")
+    assert got == kind and message in err.message
+    assert "10.1.2.3" not in err.message and "19101" not in err.message
+    assert any("req-9" in r.getMessage() for r in caplog.records)
+    if isinstance(exc, ConnectFailed):
+        assert any("10.1.2.3:19101" in r.getMessage() for r in caplog.records)
