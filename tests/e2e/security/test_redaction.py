@@ -2,9 +2,9 @@
 tests/data/redaction_corpus.py sent as prompts, and not one part of a secret in the request log.
 
 The gateway runs with `LLMGW_REQUEST_LOG=true` and `LLMGW_REQUEST_LOG_TEXT=true` in front of a
-simulator; prompts go through the openai SDK, every other one streamed. The log file is the
-gateway's whole output, so a secret that reached any line of it (the request log or anything else)
-fails the test; the response text is checked too.
+simulator; prompts go through the openai SDK: chat, chat streamed and legacy completions in turn.
+The log file is the gateway's whole output, so a secret that reached any line of it (the request log
+or anything else) fails the test; the response text is checked too.
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ def test_no_part_of_a_corpus_secret_reaches_the_log(tmp_path: Path) -> None:
     policy.write_text(
         f"""\
 pools:
-  - {{name: small, model: m, endpoints: {{static: ["http://127.0.0.1:{sim_port}"]}}}}
+  - {{name: small, model: m, serves: [chat, completions],
+     endpoints: {{static: ["http://127.0.0.1:{sim_port}"]}}}}
 models:
   - {{name: small, route: {{pool: small}}, max_tokens: {{default: 8, cap: 16}}}}
 tenancy:
@@ -50,11 +51,13 @@ tenancy:
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{gw_port}/v1", api_key=key, max_retries=0)
         for i, sample in enumerate(samples):
             messages: list[ChatCompletionMessageParam] = [{"role": "user", "content": sample.text}]
-            if i % 2:
+            if i % 3 == 0:
+                client.chat.completions.create(model="small", messages=messages)
+            elif i % 3 == 1:
                 for _ in client.chat.completions.create(model="small", messages=messages, stream=True):
                     pass
-            else:
-                client.chat.completions.create(model="small", messages=messages)
+            else:  # the legacy endpoint: the log takes the text from `prompt`
+                client.completions.create(model="small", prompt=sample.text)
     text = log.read_text()
     lines = [json.loads(line) for line in text.splitlines() if line.startswith('{"ts"')]
     logged = [r for r in lines if r["status"] == 200]
