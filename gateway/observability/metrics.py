@@ -49,6 +49,7 @@ class Metrics:
         self.registry = CollectorRegistry(auto_describe=True)
         # Declared in this order (the order /metrics lists them in): relay, admission, pools, router, cache.
         self._declare_relay(self.registry)
+        self._declare_auth(self.registry)
         self._declare_admission(self.registry)
         self._declare_pools(self.registry)
         self._declare_router(self.registry)
@@ -125,14 +126,34 @@ class Metrics:
             registry=r,
         )
 
-    def _declare_admission(self, r: CollectorRegistry) -> None:
-        """Authentication and the token-budget limiter."""
+    def _declare_auth(self, r: CollectorRegistry) -> None:
+        """Authentication and the key store."""
         self.auth_failures = Counter(
             "llmgw_auth_failures",
             "Requests refused by authentication (401/403), by code",
             ["code"],
             registry=r,
         )
+        self.auth_stale_keys = Counter(
+            "llmgw_auth_stale_keys",
+            "Requests authenticated from the stale key cache while the key store was unavailable",
+            registry=r,
+        )
+        self.key_store_degraded = Gauge(
+            "llmgw_auth_key_store_degraded",
+            "1 while the key store is unavailable and known keys are served from the stale cache",
+            registry=r,
+        )
+        self.key_invalidations = Counter(
+            "llmgw_auth_key_invalidations",
+            "Key cache entries dropped on revocation, by source (local: this process revoked it; "
+            "broadcast: another replica did)",
+            ["source"],
+            registry=r,
+        )
+
+    def _declare_admission(self, r: CollectorRegistry) -> None:
+        """The token-budget limiter."""
         self.limit_decisions = Counter(
             "llmgw_ratelimit_decisions",
             "Limiter outcomes (allowed, degraded = fail-open, refused, shadow_refused) by level, dimension",
@@ -163,23 +184,6 @@ class Metrics:
             "Usage a pool reported that is not a sane token count (negative, not an integer, absurd): "
             "clamped to the reservation, by reason",
             ["pool", "reason"],
-            registry=r,
-        )
-        self.auth_stale_keys = Counter(
-            "llmgw_auth_stale_keys",
-            "Requests authenticated from the stale key cache while the key store was unavailable",
-            registry=r,
-        )
-        self.key_store_degraded = Gauge(
-            "llmgw_auth_key_store_degraded",
-            "1 while the key store is unavailable and known keys are served from the stale cache",
-            registry=r,
-        )
-        self.key_invalidations = Counter(
-            "llmgw_auth_key_invalidations",
-            "Key cache entries dropped on revocation, by source (local: this process revoked it; "
-            "broadcast: another replica did)",
-            ["source"],
             registry=r,
         )
         self.limiter_latency = Histogram(

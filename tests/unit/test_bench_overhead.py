@@ -334,7 +334,9 @@ def test_sides_put_the_limiters_spine_before_the_limiter() -> None:
 
 
 def test_sides_put_the_before_gateway_beside_ours_in_every_round() -> None:
-    direct, gw, before, lim = (Side(n, i, i) for i, n in enumerate(("direct", "gateway", "before", "limiter")))
+    direct, gw, before, lim = (
+        Side(n, i, i) for i, n in enumerate(("direct", "gateway", "before", "limiter"))
+    )
     ep = Endpoints(direct, gw, 0, lim, before=before)
     assert [s.name for s in ep.sides()] == ["direct", "gateway", "before", "limiter"]
     assert [s.name for s in ep.sides(with_limiter=False)] == ["direct", "gateway", "before"]
