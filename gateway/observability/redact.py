@@ -13,7 +13,7 @@ key's digits are not half-taken by the phone rule):
   (`aws_secret_access_key = ...`, `AWS_SECRET_ACCESS_KEY=`, `"SecretAccessKey": "..."`);
 - `key=value` / `key: value` pairs whose key says api_key/secret/token/password/passwd/pwd/pass, and
   password phrases ("my password is ...", up to the end of the clause unless the next word says the
-  phrase is about passwords, e.g. "is required");
+  phrase is about passwords, e.g. "is required"; "my PIN is" only before a digit);
 - e-mail addresses; IBANs, compact or in groups of four, only when the ISO 13616 length of their
   country and the mod-97 check agree (other uppercase-digit strings are left alone); payment card
   numbers (13-19 digits, Luhn-valid); phone numbers (international `+CC ...`, North-American forms,
@@ -85,7 +85,8 @@ _ABOUT = (
 )
 _ABOUT_AT_END = r"correct|set|valid|ok|okay|fine|good|bad|long|short|same|secret|private|sensitive"
 _PHRASE = re.compile(
-    r"(?i)\b((?:pass(?:word|phrase|code)?|pwd|pin(?:[ -]?code)?)\s+(?:is|was)(?:[ \t]*+:)?\s++)"
+    r"(?i)\b((?:pass(?:word|phrase|code)?|pwd|pin(?:[ -]?code)?(?=\s+(?:is|was)\W{1,4}\d))"
+    r"\s+(?:is|was)(?:[ \t]*+:)?\s++)"
     rf"(?!(?:{_ABOUT})(?:[\s.,;:!?-]|$)|(?:{_ABOUT_AT_END})[ \t]*(?:[.,;:!?\n]|$))"
     r"(\"[^\"\n]{1,200}\"|'[^'\n]{1,200}'"
     r"|[^\n]{1,64}?(?=[.;,!?]?(?:\s+(?:and|but|or|so|then)\b|[.;,!?](?:\s|$)|\n|$))|\S+)"

@@ -212,6 +212,7 @@ def _gcp(rng: random.Random) -> list[Sample]:
 
 def _passwords(rng: random.Random) -> list[Sample]:
     pw = [_tok(rng, PASSWORD_CHARS, rng.randint(8, 20)) for _ in range(12)]
+    pin = _tok(rng, string.digits, rng.randint(4, 8))
     words = " ".join(
         rng.choice(["correct", "horse", "battery", "staple", "orbit", "lemon"]) for _ in range(4)
     )
@@ -229,6 +230,7 @@ def _passwords(rng: random.Random) -> list[Sample]:
         (f"The admin password was {pw[9]}, but I changed it", pw[9]),
         (f"login with user=ops&pass={pw[10]}", pw[10]),
         (f"new password is: {pw[11]}", pw[11]),
+        (f"my PIN is {pin}, don't tell anyone", pin),
     ]
     return [Sample("password", t, (sec,)) for t, sec in texts]
 
@@ -305,6 +307,7 @@ def negatives(seed: int = 25) -> list[str]:
         "IBAN stands for International Bank Account Number; a German one has 22 characters.",
         "Pass the salt, please.",
         "Set the PIN code length to 6.",
+        "The pin is located on the left side of the board.",
         "2026-12-02T02:33:07Z INFO started",
         f"data:image/png;base64,{image}",
         *(f"SKU {_not_iban(rng)}" for _ in range(12)),
