@@ -18,6 +18,15 @@ Behaviour the relay relies on:
   `TimeoutError`. `gateway.upstream.pool_client.classify` maps them like aiohttp's.
 - `total_s` bounds the whole exchange: when it expires the connection is closed and any read raises
   `TimeoutError`.
+- The request says `accept-encoding: identity`; a reply in any other content-encoding is a
+  `BadResponse` (the relay forwards bytes, it never decompresses). `host` carries the port when it
+  is not 80 and brackets an IPv6 literal. A header value holding CR or LF is refused (`ValueError`)
+  before anything is written.
+- 1xx interim responses are skipped; a body with neither content-length nor chunked framing ends
+  at EOF (complete, not `Disconnected`); a response header block over `MAX_HEAD_BYTES` is a
+  `BadResponse`.
+- An idle pooled connection is dropped after `idle_s` (4 s: below the 5 s keep-alive of uvicorn,
+  which vLLM runs), so it is not reused just as the server closes it.
 """
 
 from __future__ import annotations
@@ -35,9 +44,13 @@ from gateway.upstream._h1_response import (
     Disconnected,
     H1Error,
     Response,
+    check_encoding,
 )
 
 __all__ = ["BadResponse", "ConnectFailed", "Disconnected", "H1Client", "H1Error", "Response"]
+
+MAX_HEAD_BYTES = 64 << 10  # a response's status line and headers (vLLM's are a few hundred bytes)
+IDLE_S = 4.0  # an idle keep-alive connection older than this is closed instead of reused
 
 
 class _Conn(asyncio.Protocol):
@@ -53,6 +66,9 @@ class _Conn(asyncio.Protocol):
         self.keep_alive = True
         self.paused = False
         self.headers_done: asyncio.Future[None] | None = None
+        self.head_bytes = 0  # bytes received while the response's header block was incomplete
+        self.until_eof = False  # the body has no length: it ends when the server closes
+        self.idle_since = 0.0
 
     # -- asyncio.Protocol --------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -61,6 +77,13 @@ class _Conn(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.received = True
+        resp = self.resp
+        if resp is not None and not resp.status:  # the header block is still coming
+            if self.head_bytes > MAX_HEAD_BYTES:
+                why = f"response header block over {MAX_HEAD_BYTES} bytes"
+                self._abort(BadResponse(why, f"a response header block over {MAX_HEAD_BYTES >> 10} KiB"))
+                return
+            self.head_bytes += len(data)
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserError as exc:
@@ -72,6 +95,9 @@ class _Conn(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self._pool.forget(self)
+        resp = self.resp
+        if self.until_eof and exc is None and resp is not None and resp.status:
+            resp._finish()  # a close-delimited body: the close is its end
         self._abort(Disconnected("the upstream closed the connection before the response was complete"))
 
     # -- httptools callbacks -----------------------------------------------------------------
@@ -83,8 +109,25 @@ class _Conn(asyncio.Protocol):
         resp = self.resp
         if resp is None:
             return
-        resp.status = self.parser.get_status_code()
+        status = self.parser.get_status_code()
+        if 100 <= status < 200:  # interim (100 Continue, 103 Early Hints): the answer follows
+            resp.headers.clear()
+            return
+        resp.status = status
         self.keep_alive = self.parser.should_keep_alive()
+        headers = resp.headers
+        self.until_eof = (
+            b"content-length" not in headers
+            and b"chunked" not in headers.get(b"transfer-encoding", b"").lower()
+            and status not in (204, 304)
+        )
+        encoding = headers.get(b"content-encoding")
+        if encoding is not None:
+            try:
+                check_encoding(encoding.decode("latin-1"))
+            except BadResponse as exc:
+                self._abort(exc)
+                return
         if self.headers_done is not None and not self.headers_done.done():
             self.headers_done.set_result(None)
 
@@ -93,7 +136,7 @@ class _Conn(asyncio.Protocol):
             self.resp._feed(body)
 
     def on_message_complete(self) -> None:
-        if self.resp is not None:
+        if self.resp is not None and self.resp.status:  # not an interim 1xx
             self.resp._finish()
 
     # -- used by the client and the response --------------------------------------------------
@@ -121,6 +164,7 @@ class _Conn(asyncio.Protocol):
         if self.keep_alive and not self.closed:
             self.resume()
             self.parser = httptools.HttpResponseParser(self)
+            self.head_bytes = 0
             self._pool.put(self)
         else:
             self.close()
@@ -133,25 +177,34 @@ class _Conn(asyncio.Protocol):
 
 
 class _HostPool:
-    """Idle keep-alive connections to one host:port (most recently used first: warm sockets)."""
+    """Idle keep-alive connections to one host:port (most recently used last: warm sockets first)."""
 
-    def __init__(self, host: str, port: int, max_idle: int) -> None:
+    def __init__(self, host: str, port: int, max_idle: int, idle_s: float) -> None:
         self.host = host
         self.port = port
         self.idle: deque[_Conn] = deque()
         self.max_idle = max_idle
+        self.idle_s = idle_s
 
     def get(self) -> _Conn | None:
+        now = asyncio.get_running_loop().time()
         while self.idle:
             conn = self.idle.pop()
-            if not conn.closed:
-                return conn
+            if conn.closed:
+                continue
+            if now - conn.idle_since > self.idle_s:
+                # The server may be closing it right now; the ones behind it are older still.
+                conn.close()
+                self.close()
+                return None
+            return conn
         return None
 
     def put(self, conn: _Conn) -> None:
         if len(self.idle) >= self.max_idle:
             conn.close()
             return
+        conn.idle_since = asyncio.get_running_loop().time()
         self.idle.append(conn)
 
     def forget(self, conn: _Conn) -> None:
@@ -168,21 +221,25 @@ class _HostPool:
 class H1Client:
     """Requests over pooled keep-alive connections, one pool per replica base URL."""
 
-    def __init__(self, max_idle_per_host: int = 256) -> None:
-        self._pools: dict[str, tuple[_HostPool, bytes]] = {}
+    def __init__(self, max_idle_per_host: int = 256, idle_s: float = IDLE_S) -> None:
+        self._pools: dict[str, tuple[_HostPool, tuple[bytes, bytes]]] = {}
         self._max_idle = max_idle_per_host
+        self._idle_s = idle_s
 
     @staticmethod
     def supports(base: str) -> bool:
         return base.startswith("http://")
 
-    def _pool(self, base: str) -> tuple[_HostPool, bytes]:
+    def _pool(self, base: str) -> tuple[_HostPool, tuple[bytes, bytes]]:
+        """The replica's connection pool, and its path prefix and `host` header value."""
         entry = self._pools.get(base)
         if entry is None:
             u = urlsplit(base)
             host, port = u.hostname or "127.0.0.1", u.port or 80
-            prefix = u.path.rstrip("/").encode()
-            entry = self._pools[base] = (_HostPool(host, port, self._max_idle), prefix)
+            name = f"[{host}]" if ":" in host else host  # an IPv6 literal
+            authority = name if port == 80 else f"{name}:{port}"
+            head = u.path.rstrip("/").encode(), authority.encode("ascii")
+            entry = self._pools[base] = (_HostPool(host, port, self._max_idle, self._idle_s), head)
         return entry
 
     async def _connect(self, pool: _HostPool, connect_s: float) -> _Conn:
@@ -222,31 +279,20 @@ class H1Client:
         limits: tuple[float, float],
     ) -> Response:
         (base, path), (connect_s, total_s) = target, limits
-        pool, prefix = self._pool(base)
-        head = [
-            method,
-            prefix,
-            path.encode(),
-            b" HTTP/1.1\r\nhost: ",
-            pool.host.encode(),
-            b"\r\ncontent-length: ",
-            str(len(body)).encode(),
-            b"\r\n",
-        ]
-        for name, value in headers.items():
-            head += (name.encode("latin-1"), b": ", value.encode("latin-1"), b"\r\n")
-        head.append(b"\r\n")
-        request = b"".join(head) + body
+        pool, (prefix, authority) = self._pool(base)
+        request = _head(method, prefix + path.encode(), authority, headers, len(body)) + body
         loop = asyncio.get_running_loop()
         deadline = loop.time() + total_s
-        for _attempt in range(2):
-            conn = pool.get()
+        for attempt in range(2):
+            # A retry never takes another pooled connection: it may be as stale as the first.
+            conn = pool.get() if attempt == 0 else None
             reused = conn is not None
             if conn is None:
                 conn = await self._connect(pool, min(connect_s, max(0.001, deadline - loop.time())))
             resp = Response(conn)
             conn.resp = resp
             conn.received = False
+            conn.head_bytes = 0
             conn.headers_done = loop.create_future()
             assert conn.transport is not None
             conn.transport.write(request)
@@ -271,3 +317,23 @@ class H1Client:
         for pool, _ in self._pools.values():
             pool.close()
         self._pools.clear()
+
+
+def _head(method: bytes, target: bytes, authority: bytes, headers: dict[str, str], length: int) -> bytes:
+    """The request line and headers. A value with CR or LF would end the header early and let the
+    rest pass as headers of its own (a pool key read with a trailing newline): refused."""
+    head = [
+        method,
+        target,
+        b" HTTP/1.1\r\nhost: ",
+        authority,
+        b"\r\naccept-encoding: identity\r\ncontent-length: ",
+        str(length).encode(),
+        b"\r\n",
+    ]
+    for name, value in headers.items():
+        if "\r" in value or "\n" in value or "\r" in name or "\n" in name:
+            raise ValueError(f"the upstream request header {name!r} holds a CR or LF")
+        head += (name.encode("latin-1"), b": ", value.encode("latin-1"), b"\r\n")
+    head.append(b"\r\n")
+    return b"".join(head)

@@ -21,7 +21,7 @@ import httpx
 from gateway.config import Pool
 from gateway.errors import GatewayError
 from gateway.upstream._h1_response import H1Error
-from gateway.upstream.h1 import H1Client
+from gateway.upstream.h1 import IDLE_S, H1Client
 from gateway.upstream.hosted import replica_paths
 from pools.affinity import prefix_key
 from pools.discovery import Discovery, StaticDiscovery, discovery_for
@@ -30,14 +30,22 @@ from pools.runtime import PoolRuntime
 from pools.scraper import Fetch, httpx_fetch
 
 
-def new_session(pool_size: int) -> aiohttp.ClientSession:
+def new_session(pool_size: int, keepalive_s: float = IDLE_S) -> aiohttp.ClientSession:
+    """aiohttp for TLS replicas. It never decompresses (the relay forwards the pool's bytes), so it
+    asks for identity: an absent accept-encoding would allow any coding (RFC 9110 §12.5.3). Idle
+    connections go after `keepalive_s`, before uvicorn's 5 s keep-alive closes them under a request."""
     connector = aiohttp.TCPConnector(
-        limit=pool_size, limit_per_host=0, ttl_dns_cache=30, enable_cleanup_closed=True
+        limit=pool_size,
+        limit_per_host=0,
+        ttl_dns_cache=30,
+        enable_cleanup_closed=True,
+        keepalive_timeout=keepalive_s,
     )
     return aiohttp.ClientSession(
         connector=connector,
         # Per-request timeouts come from the pool; the session default only guards stray calls.
         timeout=aiohttp.ClientTimeout(total=600),
+        headers={"accept-encoding": "identity"},
         skip_auto_headers=("User-Agent",),
         auto_decompress=False,
         raise_for_status=False,
@@ -69,6 +77,10 @@ class PoolClient:
             key = environ.get(pool.api_key_env)
             if not key:
                 raise GatewayError(f"pool '{pool.name}': environment variable {pool.api_key_env} is not set")
+            if "\r" in key or "\n" in key:  # e.g. a key file read with its trailing newline
+                raise GatewayError(
+                    f"pool '{pool.name}': environment variable {pool.api_key_env} holds a CR or LF"
+                )
             headers["authorization"] = f"Bearer {key}"
         t = pool.timeouts
         replicas = ReplicaPool(

@@ -6,6 +6,11 @@ pods in the cluster; `AiohttpTransport` serves TLS ones (hosted APIs) and every 
 by `read` (whole) or `readany` (the next chunk, b"" at the end); `release` reuses a finished
 connection, `close` drops it (how vLLM learns the reader left and aborts the request). Failures are
 the clients' own (`UPSTREAM_FAILURES`), mapped to the caller's errors by gateway.upstream.failures.
+
+Both ask for `accept-encoding: identity` and refuse a reply in any other content-encoding
+(`BadResponse`): the relay forwards the pool's bytes and never decompresses them. Both drop idle
+connections before the server's keep-alive would (4 s against uvicorn's 5 s). The behaviours both
+must share are one conformance suite (tests/integration/upstream/test_transport_conformance.py).
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from typing import Any, Protocol
 
 import aiohttp
 
-from gateway.upstream._h1_response import H1Error
+from gateway.upstream._h1_response import H1Error, check_encoding
 from gateway.upstream.h1 import H1Client
 from gateway.upstream.pool_client import PoolClient
 from pools.replica import Replica
@@ -103,6 +108,11 @@ class AiohttpTransport:
         resp = await self._session.post(
             replica.url(path), data=payload, headers=headers, timeout=pool.timeout
         )
+        try:
+            check_encoding(resp.headers.get("content-encoding"))
+        except BaseException:
+            resp.close()
+            raise
         return _AiohttpReply(resp)
 
 

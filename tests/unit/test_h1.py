@@ -236,3 +236,51 @@ async def test_metrics_fetch_gets_over_the_lean_client_and_maps_failures_to_none
     assert seen[0].startswith(b"GET /metrics HTTP/1.1\r\n")
     assert len(seen) == 3
     h1.close()
+
+
+async def test_a_request_lost_on_a_stale_pooled_connection_is_sent_again_on_a_new_one() -> None:
+    # Two pooled connections, both of which the server drops on their next request without an answer
+    # (its keep-alive ran out just as the request arrived). The retry must use a new connection: a
+    # second pooled one would be just as stale.
+    connections = 0
+
+    async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        nonlocal connections
+        connections += 1
+        await _read_request(r)
+        w.write(_ok(b"x"))
+        await w.drain()
+        try:
+            await _read_request(r)  # the next request on this connection...
+        except asyncio.IncompleteReadError:
+            return
+        w.close()  # ...is dropped unanswered, nothing of a response written
+
+    server, base = await _serve(handler)
+    client = H1Client()
+    first = await asyncio.gather(
+        *(client.post(base, "/p", b"", {}, connect_s=1, total_s=5) for _ in range(2))
+    )
+    for resp in first:
+        assert await resp.read() == b"x"
+        resp.release()
+    assert connections == 2
+    resp = await client.post(base, "/p", b"", {}, connect_s=1, total_s=5)
+    assert await resp.read() == b"x"
+    resp.release()
+    assert connections == 3  # the retry opened a connection of its own
+    client.close()
+    server.close()
+
+
+async def test_a_fresh_connection_that_drops_the_request_is_not_retried() -> None:
+    async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        await _read_request(r)
+        w.close()
+
+    server, base = await _serve(handler)
+    client = H1Client()
+    with pytest.raises(Disconnected):
+        await client.post(base, "/p", b"", {}, connect_s=1, total_s=5)
+    client.close()
+    server.close()
