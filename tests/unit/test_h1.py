@@ -10,28 +10,15 @@ import pytest
 
 from gateway.upstream.h1 import BadResponse, ConnectFailed, Disconnected, H1Client
 from gateway.upstream.pool_client import metrics_fetch
+from tests.support.raw_http import ok, read_request
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
-
-
-async def _read_request(reader: asyncio.StreamReader) -> bytes:
-    head = await reader.readuntil(b"\r\n\r\n")
-    length = 0
-    for line in head.split(b"\r\n"):
-        if line.lower().startswith(b"content-length:"):
-            length = int(line.split(b":", 1)[1])
-    body = await reader.readexactly(length) if length else b""
-    return head + body
 
 
 async def _serve(handler: Handler) -> tuple[asyncio.Server, str]:
     server = await asyncio.start_server(handler, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     return server, f"http://127.0.0.1:{port}"
-
-
-def _ok(body: bytes, extra: bytes = b"") -> bytes:
-    return b"HTTP/1.1 200 OK\r\ncontent-length: " + str(len(body)).encode() + b"\r\n" + extra + b"\r\n" + body
 
 
 async def test_keep_alive_reuses_one_connection_and_sends_what_it_is_given() -> None:
@@ -43,10 +30,10 @@ async def test_keep_alive_reuses_one_connection_and_sends_what_it_is_given() -> 
         connections += 1
         while True:
             try:
-                seen.append(await _read_request(r))
+                seen.append(await read_request(r))
             except asyncio.IncompleteReadError:
                 break
-            w.write(_ok(b'{"ok":true}', b"retry-after: 3\r\n"))
+            w.write(ok(b'{"ok":true}', b"retry-after: 3\r\n"))
             await w.drain()
         w.close()
 
@@ -70,7 +57,7 @@ async def test_chunked_stream_is_read_piece_by_piece() -> None:
     release = asyncio.Event()
 
     async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
-        await _read_request(r)
+        await read_request(r)
         w.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ncontent-type: text/event-stream\r\n\r\n")
         w.write(b"6\r\ndata: \r\n")
         await w.drain()
@@ -98,9 +85,9 @@ async def test_a_stale_idle_connection_is_replaced_transparently() -> None:
 
     async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
         nonlocal calls
-        await _read_request(r)
+        await read_request(r)
         calls += 1
-        w.write(_ok(b"x"))
+        w.write(ok(b"x"))
         await w.drain()
         w.close()  # keep-alive promised (HTTP/1.1 default), then closed while idle
 
@@ -118,18 +105,18 @@ async def test_a_stale_idle_connection_is_replaced_transparently() -> None:
 
 async def test_failures_are_typed() -> None:
     async def early_close(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
-        await _read_request(r)
+        await read_request(r)
         w.write(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\npartial")
         await w.drain()
         w.close()
 
     async def garbage(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
-        await _read_request(r)
+        await read_request(r)
         w.write(b"this is not http\r\n\r\n")
         await w.drain()
 
     async def silent(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
-        await _read_request(r)
+        await read_request(r)
         await asyncio.sleep(5)
 
     client = H1Client()
@@ -162,7 +149,7 @@ async def test_close_drops_the_connection_so_the_server_sees_the_reader_leave() 
     gone = asyncio.Event()
 
     async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
-        await _read_request(r)
+        await read_request(r)
         w.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nfirst\r\n")
         await w.drain()
         await r.read()  # returns b"" when the client closes
@@ -184,10 +171,10 @@ async def test_a_body_larger_than_the_read_buffer_is_read_whole_or_in_pieces() -
     async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
         while True:
             try:
-                await _read_request(r)
+                await read_request(r)
             except asyncio.IncompleteReadError:
                 break
-            w.write(_ok(big))
+            w.write(ok(big))
             await w.drain()
 
     server, base = await _serve(handler)
@@ -212,14 +199,14 @@ async def test_metrics_fetch_gets_over_the_lean_client_and_maps_failures_to_none
     async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
         while True:
             try:
-                req = await _read_request(r)
+                req = await read_request(r)
             except asyncio.IncompleteReadError:
                 break
             seen.append(req)
             if b"/missing" in req:
                 w.write(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n")
             else:
-                w.write(_ok(b"vllm:num_requests_waiting 2\n"))
+                w.write(ok(b"vllm:num_requests_waiting 2\n"))
             await w.drain()
         w.close()
 
@@ -247,11 +234,11 @@ async def test_a_request_lost_on_a_stale_pooled_connection_is_sent_again_on_a_ne
     async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
         nonlocal connections
         connections += 1
-        await _read_request(r)
-        w.write(_ok(b"x"))
+        await read_request(r)
+        w.write(ok(b"x"))
         await w.drain()
         try:
-            await _read_request(r)  # the next request on this connection...
+            await read_request(r)  # the next request on this connection...
         except asyncio.IncompleteReadError:
             return
         w.close()  # ...is dropped unanswered, nothing of a response written
@@ -275,7 +262,7 @@ async def test_a_request_lost_on_a_stale_pooled_connection_is_sent_again_on_a_ne
 
 async def test_a_fresh_connection_that_drops_the_request_is_not_retried() -> None:
     async def handler(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
-        await _read_request(r)
+        await read_request(r)
         w.close()
 
     server, base = await _serve(handler)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 import socket
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
@@ -22,6 +22,7 @@ from gateway.upstream.h1 import H1Client
 from gateway.upstream.pool_client import PoolClient, new_session
 from gateway.upstream.sse import SSESplitter
 from gateway.upstream.transport import UPSTREAM_FAILURES, AiohttpTransport, H1Transport, Reply, Transport
+from tests.support.raw_http import ok, read_request
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 IDLE_S = 0.3  # the transports' idle-connection expiry in these tests (4 s in production)
@@ -33,21 +34,6 @@ class Seen:
 
     connections: list[list[bytes]] = field(default_factory=list)
     closed: asyncio.Event = field(default_factory=asyncio.Event)
-
-
-async def read_request(reader: asyncio.StreamReader) -> bytes:
-    head = await reader.readuntil(b"\r\n\r\n")
-    length = 0
-    for line in head.split(b"\r\n"):
-        if line.lower().startswith(b"content-length:"):
-            length = int(line.split(b":", 1)[1])
-    if length:
-        await reader.readexactly(length)
-    return head
-
-
-def ok(body: bytes, extra: bytes = b"") -> bytes:
-    return b"HTTP/1.1 200 OK\r\ncontent-length: " + str(len(body)).encode() + b"\r\n" + extra + b"\r\n" + body
 
 
 def chunked(*pieces: bytes) -> bytes:
@@ -95,6 +81,31 @@ async def custom(handle: Handler, host: str = "127.0.0.1") -> AsyncIterator[str]
         yield f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
     finally:
         server.close()
+
+
+@dataclass
+class Firehose:
+    """A server that writes `head`, then `pieces` as fast as the client takes them, counting what it
+    sent; `gone` is set once it stopped (done, or the client left)."""
+
+    head: bytes
+    pieces: Iterable[bytes]
+    sent: int = 0
+    gone: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def __call__(self, r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        await read_request(r)
+        w.write(self.head)
+        try:
+            for piece in self.pieces:
+                w.write(piece)
+                await w.drain()
+                self.sent += len(piece)
+        except ConnectionError:
+            pass
+        finally:
+            self.gone.set()
+            w.close()
 
 
 @dataclass
@@ -269,30 +280,13 @@ async def test_a_huge_header_block_is_an_upstream_error(client: Client, headers:
 
 
 async def test_an_endless_header_block_is_cut_not_buffered(client: Client) -> None:
-    sent = 0
-    gone = asyncio.Event()
-
-    async def handle(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
-        nonlocal sent
-        await read_request(r)
-        w.write(b"HTTP/1.1 200 OK\r\n")
-        try:
-            for i in range(100_000):  # 100,000 headers, ~10 MB, never a blank line
-                line = b"x-h%d: %s\r\n" % (i, b"v" * 90)
-                w.write(line)
-                await w.drain()
-                sent += len(line)
-        except ConnectionError:
-            pass
-        finally:
-            gone.set()
-            w.close()
-
-    async with custom(handle) as base:
+    # 100,000 headers, ~10 MB, never a blank line.
+    server = Firehose(b"HTTP/1.1 200 OK\r\n", (b"x-h%d: %s\r\n" % (i, b"v" * 90) for i in range(100_000)))
+    async with custom(server) as base:
         with pytest.raises(UPSTREAM_FAILURES):
             await client.post(base)
-        await asyncio.wait_for(gone.wait(), 10)
-    assert sent < 5_000_000  # the client hung up long before the server ran out of headers
+        await asyncio.wait_for(server.gone.wait(), 10)
+    assert server.sent < 5_000_000  # the client hung up long before the server ran out of headers
 
 
 # -- connections --------------------------------------------------------------------------------
@@ -354,40 +348,24 @@ async def test_a_crlf_framed_sse_stream_is_split_and_relayed_unchanged(client: C
 
 
 async def test_a_slow_reader_holds_the_server_back_and_its_close_reaches_the_server(client: Client) -> None:
-    total = 256 << 20
-    sent = 0
-    gone = asyncio.Event()
-
-    async def handle(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
-        nonlocal sent
-        await read_request(r)
-        w.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
-        event = b"data: " + b"x" * 65_000 + b"\n\n"
-        frame = f"{len(event):x}\r\n".encode() + event + b"\r\n"
-        try:
-            while sent < total:
-                w.write(frame)
-                await w.drain()
-                sent += len(event)
-        except ConnectionError:
-            pass
-        finally:
-            gone.set()
-            w.close()
-
-    async with custom(handle) as base:
+    event = b"data: " + b"x" * 65_000 + b"\n\n"
+    frame = f"{len(event):x}\r\n".encode() + event + b"\r\n"
+    total = 4096 * len(frame)  # ~256 MiB if nothing held the server back
+    head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+    server = Firehose(head, (frame for _ in range(4096)))
+    async with custom(server) as base:
         resp = await client.post(base)
         assert (await resp.readany()).startswith(b"data: ")
         # The reader stops. The server must stall: the transport's buffer is bounded, the rest waits
         # in socket buffers, and the server's drain blocks (vLLM's backpressure).
         last = -1
-        while sent != last:
-            last = sent
+        while server.sent != last:
+            last = server.sent
             await asyncio.sleep(0.3)
-        assert sent < total // 4
+        assert server.sent < total // 4
         resp.close()  # the reader leaves: the server sees it at once (vLLM aborts the request)
-        await asyncio.wait_for(gone.wait(), 10)
-    assert sent < total
+        await asyncio.wait_for(server.gone.wait(), 10)
+    assert server.sent < total
 
 
 async def test_failures_are_upstream_failures_the_caller_maps(client: Client) -> None:
