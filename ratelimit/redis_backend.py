@@ -30,9 +30,12 @@ reloaded on NOSCRIPT, e.g. after a Redis restart; all time is the Redis server's
 Reservations are never written to the counters: a gateway killed mid-request leaves only leases, which
 stop counting when they expire (at most `lease_s` later).
 
-Any connection error, timeout, loading or read-only reply raises `BackendUnavailable`; the client is
-built with short timeouts and no retries, because a retried script call could apply twice and a
-waiting request is worse than a fast fail_open / fail_closed decision.
+Every error of a script call but NOSCRIPT (reloaded once) raises `BackendUnavailable` with its reason
+(`ratelimit.resp.reason_of`: timeout, connection, oom, auth, noperm, moved, readonly, busy, script,
+other) and op: outage or not, the failure mode decides, never a 500; a refusal is a reply, not an
+error. The client is built with short timeouts and no retries, because a retried script call could
+apply twice and a waiting request is worse than a fast fail_open / fail_closed decision. `check`
+refuses at start-up what cannot work (Redis Cluster, Redis < 5.0: `ratelimit.resp.deployment_problem`).
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ from typing import Any, Protocol, TypeVar
 
 import redis.exceptions as rexc
 
-from ratelimit.errors import BackendUnavailable
+from ratelimit.errors import BackendUnavailable, UnsupportedBackend
 from ratelimit.keys import rule_key
 from ratelimit.model import (
     SUB_WINDOWS,
@@ -58,15 +61,14 @@ from ratelimit.model import (
     Rule,
     SettleFailed,
 )
-from ratelimit.resp import RespClient
+from ratelimit.resp import SUPPORTED, RespClient, deployment_problem, parse_info, reason_of
 from ratelimit.windows import DEFAULT_SUB_WINDOW_MS, build_decision, kind_of
 
 SCRIPTS = ("admit_v5", "top_up_v5", "settle_v5", "renew_v3")
+_OP = {name: name.rsplit("_v", 1)[0] for name in SCRIPTS}  # the `op` of a script's errors
 # Reservations per renew call: keeps one script run short (other clients wait while it runs).
 RENEW_BATCH = 200
 SETTLE_BATCH = 200
-_BUSY = ("LOADING", "BUSY", "MASTERDOWN", "TRYAGAIN")
-_UNAVAILABLE = (rexc.ConnectionError, rexc.TimeoutError, rexc.ReadOnlyError, rexc.ClusterDownError, OSError)
 
 T = TypeVar("T")
 log = logging.getLogger("llmgw.ratelimit")
@@ -74,16 +76,11 @@ log = logging.getLogger("llmgw.ratelimit")
 _Queued = tuple[Reservation, Mapping[Dimension, int], SettleFailed | None]
 
 
-def _unavailable(e: BaseException) -> BackendUnavailable | None:
-    """Redis unreachable, timed out, read-only or busy: the limiter's failure mode applies. Anything
-    else (a script error, NOSCRIPT) is not an outage and is raised as it is."""
-    if isinstance(e, rexc.NoScriptError):
-        return None
-    if isinstance(e, _UNAVAILABLE):
-        return BackendUnavailable(f"redis: {type(e).__name__}: {e}")
-    if isinstance(e, rexc.ResponseError) and str(e).startswith(_BUSY):
-        return BackendUnavailable(f"redis: {e}")
-    return None
+def _unavailable(e: BaseException, op: str) -> BackendUnavailable:
+    """Any error of a Redis call, as the one exception the failure mode acts on."""
+    reason = reason_of(e)
+    hint = f" (supported: {SUPPORTED})" if reason == "moved" else ""
+    return BackendUnavailable(f"redis {op}: {reason}: {type(e).__name__}: {e}{hint}", reason=reason, op=op)
 
 
 def load_script(name: str) -> str:
@@ -133,9 +130,11 @@ class _Compiled:
 
 
 class ScriptClient(Protocol):
-    """What the backend needs from a Redis client (`ratelimit.resp.RespClient`, or redis-py's)."""
+    """What the backend needs from a Redis client (`ratelimit.resp.RespClient`; tests use fakes)."""
 
     async def script_load(self, source: str) -> Any: ...
+
+    def execute(self, *args: Any) -> Awaitable[Any]: ...
 
     def evalsha(self, sha: str, numkeys: int, *args: Any) -> Awaitable[Any]: ...
 
@@ -189,34 +188,52 @@ class RedisBackend:
     async def load(self) -> None:
         """SCRIPT LOAD every script (call at startup; NOSCRIPT later reloads by itself)."""
         for name, source in self._source.items():
-            self._sha[name] = str(await self._guard(self._redis.script_load(source)))
+            self._sha[name] = str(await self._guard(self._redis.script_load(source), "load"))
 
-    async def _guard(self, call: Awaitable[T]) -> T:
+    async def check(self) -> None:
+        """Start-up: raise `UnsupportedBackend` for a server the limiter cannot work with (Redis Cluster,
+        too old), `BackendUnavailable` if it cannot be asked. A server or proxy that does not answer
+        `INFO` is not refused (a cluster-aware proxy may not), only logged."""
+        info: dict[str, str] = {}
+        for section in ("server", "replication", "cluster"):
+            try:
+                info |= parse_info(await self._guard(self._redis.execute("INFO", section), "load"))
+            except BackendUnavailable as e:
+                if e.reason not in ("noperm", "other"):
+                    raise
+                log.warning(
+                    "cannot check the Redis deployment (INFO %s: %s); assuming it is supported", section, e
+                )
+        if (problem := deployment_problem(info)) is not None:
+            raise UnsupportedBackend(problem)
+        if info.get("role") == "slave":
+            log.warning(
+                "LLMGW_REDIS_URL points at a replica: the limiter's writes fail until it is a primary"
+            )
+
+    async def _guard(self, call: Awaitable[T], op: str) -> T:
         try:
             return await call
         except (rexc.RedisError, OSError) as e:
-            if (down := _unavailable(e)) is not None:
-                raise down from e
-            raise
+            raise _unavailable(e, op) from e
 
     async def _run(self, name: str, keys: Sequence[str], args: Sequence[str | int]) -> Any:
         for attempt in (0, 1):
             sha = self._sha.get(name)
             if sha is None:
-                sha = self._sha[name] = str(await self._guard(self._redis.script_load(self._source[name])))
+                load = self._redis.script_load(self._source[name])
+                sha = self._sha[name] = str(await self._guard(load, _OP[name]))
             # `_guard` inlined: this runs twice per request, and every coroutine layer is paid twice
-            # (on the way in and when the reply resumes the chain).
+            # (on the way in and when the reply resumes the chain). Errors cost their work only then.
             try:
                 return await self._redis.evalsha(sha, len(keys), *keys, *args)
-            except rexc.NoScriptError:
+            except rexc.NoScriptError as e:
                 # Redis restarted or flushed its script cache: load again, once.
                 self._sha.pop(name, None)
                 if attempt:
-                    raise
+                    raise _unavailable(e, _OP[name]) from e
             except (rexc.RedisError, OSError) as e:
-                if (down := _unavailable(e)) is not None:
-                    raise down from e
-                raise
+                raise _unavailable(e, _OP[name]) from e
         raise AssertionError("unreachable")
 
     def _compiled(self, rules: tuple[Rule, ...]) -> _Compiled:
@@ -340,7 +357,11 @@ class RedisBackend:
         caller was cancelled): the callback retries, which is safe since a settle drops the lease
         first and so charges nothing twice. Anything else is a bug, logged; the leases expire."""
         if isinstance(error, BackendUnavailable | asyncio.CancelledError):
-            down = error if isinstance(error, BackendUnavailable) else BackendUnavailable("call cancelled")
+            down = (
+                error
+                if isinstance(error, BackendUnavailable)
+                else BackendUnavailable("settle call cancelled", reason="other", op="settle")
+            )
             for reservation, used, failed in batch:
                 if failed is not None:
                     failed(reservation, used, down)

@@ -9,16 +9,22 @@ waits on a future that `data_received` resolves as replies arrive (hiredis parse
 Timeouts without a timer per call: the oldest pending call has the earliest deadline (FIFO), so
 one timer per connection watches it; when it is overdue the connection is dropped and every
 pending call fails (a connection that stopped answering serves nobody). Errors are redis-py's
-exception classes, so callers handle both clients alike. The next call reconnects.
+exception classes, so callers handle both clients alike, and `reason_of` names any of them in one word
+(`ratelimit.errors.REASONS`). The next call reconnects; a connection whose AUTH or SELECT fails is
+closed at once (a rotated password would otherwise leak one socket per call until descriptors run out).
+
+We speak to one server: MOVED / ASK are not followed. `deployment_problem` reads `INFO` at start-up and
+names what is supported (`SUPPORTED`); a redirect at run time is an error like any other.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 import ssl
 import time
 from collections import deque
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Mapping
 from typing import Any
 from urllib.parse import unquote, urlparse
 
@@ -33,15 +39,104 @@ def pack(args: tuple[Arg, ...]) -> bytes:
     return bytes(hiredis.pack_command(args))  # type: ignore[arg-type]  # its stub types a 1-tuple
 
 
+SUPPORTED = (
+    "a standalone Redis primary, a primary provided by Sentinel, or a cluster-aware proxy "
+    "(the limiter does not follow Redis Cluster redirects)"
+)
+# The scripts call TIME before writing, which needs effects replication: the default from Redis 5.0
+# (multi-field HSET needs 4.0, ZADD XX 3.0.2; nothing newer is used).
+MIN_VERSION = (5, 0)
+
+
 def _error(reply: hiredis.ReplyError) -> Exception:
+    """An error reply as redis-py's parser would raise it (the message is kept whole)."""
     msg = str(reply)
     if msg.startswith("NOSCRIPT"):
         return rexc.NoScriptError(msg)
     if msg.startswith("READONLY"):
         return rexc.ReadOnlyError(msg)
+    if msg.startswith(("NOAUTH", "WRONGPASS")):
+        return rexc.AuthenticationError(msg)
+    if msg.startswith("NOPERM"):
+        return rexc.NoPermissionError(msg)
+    if msg.startswith("OOM"):
+        return rexc.OutOfMemoryError(msg)
     if msg.startswith(("LOADING", "BUSY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN")):
         return rexc.ConnectionError(msg)
     return rexc.ResponseError(msg)
+
+
+# redis-py strips the code off the messages of the errors it has a class for: the class names them.
+_BY_CLASS: tuple[tuple[type[Exception], str], ...] = (
+    (rexc.TimeoutError, "timeout"),
+    (TimeoutError, "timeout"),
+    (rexc.AuthenticationError, "auth"),
+    (rexc.AuthenticationWrongNumberOfArgsError, "auth"),
+    (rexc.NoPermissionError, "noperm"),
+    (rexc.OutOfMemoryError, "oom"),
+    (rexc.ReadOnlyError, "readonly"),
+    (rexc.BusyLoadingError, "busy"),
+    (rexc.TryAgainError, "busy"),
+    (rexc.MasterDownError, "busy"),
+    (rexc.AskError, "moved"),
+    (rexc.ClusterDownError, "moved"),
+    (rexc.ClusterError, "moved"),
+)
+# Error codes, at the start of a reply or inside a script's error ("... @user_script:3: -OOM ...").
+_CODE = re.compile(
+    r"(?:^|-)(OOM|NOAUTH|WRONGPASS|NOPERM|MOVED|ASK|CROSSSLOT|CLUSTERDOWN|READONLY|LOADING|BUSY|"
+    r"MASTERDOWN|TRYAGAIN)\b"
+)
+_CODE_REASON = {
+    "OOM": "oom",
+    "NOAUTH": "auth",
+    "WRONGPASS": "auth",
+    "NOPERM": "noperm",
+    "MOVED": "moved",
+    "ASK": "moved",
+    "CROSSSLOT": "moved",
+    "CLUSTERDOWN": "moved",
+    "READONLY": "readonly",
+}
+
+
+def reason_of(error: BaseException) -> str:
+    """What went wrong, in one word of `ratelimit.errors.REASONS`, for any error of either client."""
+    for cls, reason in _BY_CLASS:
+        if isinstance(error, cls):
+            return reason
+    text = str(error)
+    if (m := _CODE.search(text)) is not None:
+        return _CODE_REASON.get(m.group(1), "busy")
+    if "unauthenticated" in text:  # "ERR Protocol error: unauthenticated bulk length" (a big command)
+        return "auth"
+    if isinstance(error, rexc.ConnectionError | OSError):
+        return "connection"
+    if isinstance(error, rexc.NoScriptError) or "user_script" in text or "Error running script" in text:
+        return "script"
+    return "other"
+
+
+def parse_info(reply: bytes | str) -> dict[str, str]:
+    """`INFO` text -> field -> value."""
+    text = reply.decode() if isinstance(reply, bytes) else reply
+    fields = (line.split(":", 1) for line in text.splitlines() if ":" in line and not line.startswith("#"))
+    return {k: v.strip() for k, v in fields}
+
+
+def deployment_problem(info: Mapping[str, str]) -> str | None:
+    """Why the limiter cannot work with the server `INFO` describes (None: it can)."""
+    if info.get("cluster_enabled") == "1":
+        return f"LLMGW_REDIS_URL points at a Redis Cluster node (cluster_enabled:1); supported: {SUPPORTED}"
+    version = info.get("redis_version")
+    if version:
+        parts = tuple(int(p) for p in re.findall(r"\d+", version)[:2])
+        if parts < MIN_VERSION:
+            return (
+                f"Redis {version} is too old: the limiter's scripts need Redis >= "
+                f"{'.'.join(map(str, MIN_VERSION))}"
+            )
+    return None
 
 
 class _Conn(asyncio.Protocol):
@@ -166,8 +261,12 @@ class RespClient:
             )
         if self._db:
             setup.append(("SELECT", self._db))
-        for cmd in setup:
-            await conn.send(pack(cmd))
+        try:
+            for cmd in setup:
+                await conn.send(pack(cmd))
+        except BaseException:
+            conn.close()  # and its socket: every call would leave one behind (a wrong password)
+            raise
         return conn
 
     async def _connection(self) -> _Conn:

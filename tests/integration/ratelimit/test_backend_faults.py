@@ -1,0 +1,217 @@
+"""Redis errors that are not outages, produced for real: each is a `BackendUnavailable` with its reason
+and op (never a raw client error), the limiter's connection leaks nothing when AUTH fails, and a
+deployment the limiter cannot work with (Redis Cluster) is refused at start-up."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import time
+from collections.abc import Callable, Coroutine, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+import uvloop
+
+from ratelimit.errors import BackendUnavailable, UnsupportedBackend
+from ratelimit.model import Admission, Dimension, Level, Reservation, Rule
+from ratelimit.redis_backend import RedisBackend
+from ratelimit.resp import SUPPORTED, RespClient
+from ratelimit.rules import request_cost, usage_cost
+from tests.support.procs import free_port
+from tests.support.redis_server import REDIS_SERVER, RedisServer
+
+pytestmark = pytest.mark.skipif(REDIS_SERVER is None, reason="redis-server is not installed")
+
+RULES = (Rule(Level.KEY, "k", Dimension.TOKENS, 1000),)
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[RedisServer]:
+    srv = RedisServer(tmp_path)  # its own: these tests reconfigure it
+    srv.start()
+    yield srv
+    srv.kill()
+
+
+def url_with(server: RedisServer, auth: str) -> str:
+    return f"redis://{auth}@127.0.0.1:{server.port}/0"
+
+
+def adm(rid: str) -> Admission:
+    return Admission(rid, RULES, request_cost(10, 10))
+
+
+async def failure(call: Coroutine[Any, Any, Any]) -> tuple[str, str]:
+    with pytest.raises(BackendUnavailable) as info:
+        await call
+    return info.value.reason, info.value.op
+
+
+async def test_out_of_memory_is_backend_unavailable_and_passes(server: RedisServer) -> None:
+    admin = redis.Redis(port=server.port)
+    backend = RedisBackend.from_url(server.url, lease_s=30, key_prefix="oom")
+    await backend.load()
+    held = await backend.admit(adm("before"))
+    assert held.reservation is not None
+    admin.config_set("maxmemory-policy", "noeviction")
+    admin.config_set("maxmemory", 1)
+    try:
+        assert await failure(backend.admit(adm("during"))) == ("oom", "admit")
+        assert await failure(backend.renew([held.reservation])) == ("oom", "renew")
+        grow = backend.top_up(held.reservation, {Dimension.TOKENS: 5})
+        assert await failure(grow) == ("oom", "top_up")
+    finally:
+        admin.config_set("maxmemory", 0)
+    assert (await backend.admit(adm("after"))).allowed
+    await backend.settle(held.reservation, usage_cost(10, 10))
+    await backend.close()
+
+
+async def test_authentication_errors_are_backend_unavailable(server: RedisServer) -> None:
+    redis.Redis(port=server.port).config_set("requirepass", "right")
+    for url in (server.url, url_with(server, ":wrong"), url_with(server, "nobody:right")):
+        backend = RedisBackend.from_url(url, lease_s=30, key_prefix="auth")
+        assert await failure(backend.check()) == ("auth", "load"), url
+        assert await failure(backend.load()) == ("auth", "load"), url
+        await backend.close()
+    backend = RedisBackend.from_url(url_with(server, ":right"), lease_s=30, key_prefix="auth")
+    await backend.check()
+    await backend.load()
+    assert (await backend.admit(adm("ok"))).allowed
+    await backend.close()
+
+
+async def test_acl_refusals_are_backend_unavailable(server: RedisServer) -> None:
+    admin = redis.Redis(port=server.port)
+    admin.execute_command("ACL", "SETUSER", "gw", "on", ">pw", "~*", "+@all", "-evalsha")
+    backend = RedisBackend.from_url(url_with(server, "gw:pw"), lease_s=30, key_prefix="acl")
+    await backend.load()  # SCRIPT LOAD is allowed, running the scripts is not
+    assert await failure(backend.admit(adm("r"))) == ("noperm", "admit")
+    await backend.close()
+
+
+async def test_a_replica_is_read_only_and_said_so_at_start(
+    server: RedisServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    (tmp_path / "replica").mkdir()
+    replica = RedisServer(tmp_path / "replica")
+    replica.start()
+    try:
+        redis.Redis(port=replica.port).replicaof("127.0.0.1", server.port)
+        backend = RedisBackend.from_url(replica.url, lease_s=30, key_prefix="ro")
+        await backend.check()  # not refused (Sentinel may promote it), but logged
+        assert "replica" in caplog.text
+        await backend.load()
+        assert await failure(backend.admit(adm("r"))) == ("readonly", "admit")
+        await backend.close()
+    finally:
+        replica.kill()
+
+
+async def test_a_script_error_is_backend_unavailable(server: RedisServer) -> None:
+    """A usage too large for Redis integers (the issue's 10^18: Lua prints it as 1e+18)."""
+    backend = RedisBackend.from_url(server.url, lease_s=30, key_prefix="script")
+    await backend.load()
+    decision = await backend.admit(adm("huge"))
+    assert decision.reservation is not None
+    huge = backend.settle(decision.reservation, usage_cost(10**18, 0))
+    assert await failure(huge) == ("script", "settle")
+    await backend.close()
+
+
+def run_on_both_loops(make: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    asyncio.run(make())
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(make())
+
+
+def open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_a_wrong_password_leaks_no_socket(server: RedisServer) -> None:
+    redis.Redis(port=server.port).config_set("requirepass", "right")
+
+    async def scenario() -> None:
+        client = RespClient.from_url(url_with(server, ":wrong"))
+        backend = RedisBackend(client, lease_s=30, key_prefix="fd")
+        for _ in range(5):  # the loop's own descriptors settle first
+            await failure(backend.load())
+        await asyncio.sleep(0.05)
+        before = open_fds()
+        for _ in range(200):
+            assert await failure(backend.load()) == ("auth", "load")
+        await asyncio.sleep(0.05)  # aborted transports close on the next loop turns
+        after = open_fds()
+        print(f"\n[fds] before 200 failed AUTHs: {before}, after: {after}")
+        assert after <= before, (before, after)
+        await backend.close()
+
+    run_on_both_loops(scenario)
+
+
+def start_node(workdir: Path, *extra: str) -> tuple[subprocess.Popen[bytes], int]:
+    assert REDIS_SERVER is not None
+    port = free_port()
+    while port > 55_000:  # a cluster node also listens on port + 10000
+        port = free_port()
+    args = [REDIS_SERVER, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+    out = subprocess.DEVNULL
+    proc = subprocess.Popen([*args, *extra], cwd=workdir, stdout=out, stderr=out)
+    client = redis.Redis(host="127.0.0.1", port=port)
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            client.ping()
+            return proc, port
+        except redis.ConnectionError:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                proc.kill()
+                raise
+            time.sleep(0.02)
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[tuple[int, int]]:
+    """Two Redis Cluster nodes: the second serves every slot, so the first answers MOVED."""
+    procs = []
+    ports = []
+    for i in range(2):
+        (tmp_path / f"node{i}").mkdir()
+        proc, port = start_node(tmp_path / f"node{i}", "--cluster-enabled", "yes")
+        procs.append(proc)
+        ports.append(port)
+    try:
+        a, b = (redis.Redis(host="127.0.0.1", port=p) for p in ports)
+        b.execute_command("CLUSTER", "ADDSLOTSRANGE", 0, 16383)
+        a.execute_command("CLUSTER", "MEET", "127.0.0.1", ports[1])
+        deadline = time.monotonic() + 20
+        while b"cluster_state:ok" not in a.execute_command("CLUSTER", "INFO"):
+            assert time.monotonic() < deadline, "the two cluster nodes did not converge"
+            time.sleep(0.1)
+        yield ports[0], ports[1]
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+
+
+async def test_redis_cluster_is_refused_at_start_and_moved_is_backend_unavailable(
+    cluster: tuple[int, int],
+) -> None:
+    node = f"redis://127.0.0.1:{cluster[0]}/0"
+    backend = RedisBackend.from_url(node, lease_s=30, key_prefix="cl")
+    with pytest.raises(UnsupportedBackend) as refused:
+        await backend.check()
+    assert "cluster_enabled:1" in str(refused.value) and SUPPORTED in str(refused.value)
+    await backend.load()  # had start-up gone on anyway: every call is redirected
+    with pytest.raises(BackendUnavailable) as info:
+        await backend.admit(adm("r"))
+    assert (info.value.reason, info.value.op) == ("moved", "admit") and SUPPORTED in str(info.value)
+    reservation = Reservation("r", RULES, {Dimension.TOKENS: 1}, "standard")
+    assert await failure(backend.renew([reservation])) == ("moved", "renew")
+    await backend.close()
