@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from pools.config import Admission, Balancing, Breaker, Endpoints, Retries, Saturation
+from ratelimit.model import OnBackendError
 from router.config import Price
 
 PoolName = Annotated[str, Field(pattern=r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")]
@@ -77,6 +78,22 @@ class Pool(_Frozen):
     retries: Retries = Field(Retries(), description="retries before the first byte, under a budget")
     breaker: Breaker = Field(Breaker(), description="per-replica circuit breaker")
     admission: Admission = Field(Admission(), description="holding requests when no replica can take them")
+    on_backend_error: OnBackendError | None = Field(
+        None,
+        description="when the limiter's Redis fails: fail_open (admit with the local approximate limiter) "
+        "or fail_closed (503). Unset: fail_closed for engine litellm (billed APIs: an outage must not "
+        "become unmetered spend), else limits.on_backend_error (self-hosted: fail_open costs GPU time, "
+        "not money)",
+    )
+
+    def backend_error_mode(self, default: OnBackendError) -> OnBackendError:
+        """This pool's failure mode: its own setting, else fail_closed for litellm, else `default`
+        (`limits.on_backend_error`). `engine: openai` counts as self-hosted: it is how the gateway
+        speaks to OpenAI-compatible servers it runs (hosted providers go through litellm); a pool that
+        points it at a billed API says `on_backend_error: fail_closed`."""
+        if self.on_backend_error is not None:
+            return self.on_backend_error
+        return "fail_closed" if self.engine == "litellm" else default
 
     @model_validator(mode="before")
     @classmethod

@@ -135,6 +135,15 @@ class MemoryBackend:
             shadow.append(rule.shadow and not check.fits)
         return build_decision(admission, refused, retry_ms, remaining, reset, shadow)
 
+    def adopt(self, reservation: Reservation) -> None:
+        """Hold a reservation another backend admitted (Redis, before it failed) as if admitted here, at
+        what it holds now and without a check (it was admitted): from then on it counts here, and
+        `top_up` grows it against this limiter's view (`ratelimit.failover` under fail_open)."""
+        t = self._now_ms()
+        for rule in reservation.rules:
+            amount = reservation.reserved.get(rule.dimension, 0)
+            self._book(rule).lease(reservation.request_id, amount, t + self._lease_ms)
+
     async def top_up(self, reservation: Reservation, extra: Mapping[Dimension, int]) -> bool:
         t = self._now_ms()
         cur = t // self._sub_ms

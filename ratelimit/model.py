@@ -82,6 +82,8 @@ FIELD_DIMENSION: dict[str, Dimension] = {
 }
 
 Priority = Literal["standard", "premium"]
+# What a limiter call does when the shared backend cannot decide (`ratelimit.failover`).
+OnBackendError = Literal["fail_open", "fail_closed"]
 
 
 # -- configuration (part of the policy YAML; frozen, unknown keys rejected) ----------------------
@@ -170,9 +172,11 @@ class LimitsConfig(_Frozen):
     backend: Literal["memory", "redis"] = Field(
         "memory", description="memory: one process only (the embedded default); redis: shared by all replicas"
     )
-    on_backend_error: Literal["fail_open", "fail_closed"] = Field(
+    on_backend_error: OnBackendError = Field(
         "fail_open",
-        description="Redis unreachable: fail_open = local approximate limiter per replica; fail_closed = 503",
+        description="Redis unavailable or failing (any error): fail_open = local approximate limiter per "
+        "replica; fail_closed = 503. The default of pools that set no `on_backend_error` of their own, "
+        "but for `engine: litellm` pools (billed APIs), which fail_closed unless they say otherwise",
     )
     lease_s: float = Field(30.0, gt=0, le=3600, description="reservation / concurrency-slot lease")
     sub_window_s: float = Field(
@@ -251,6 +255,7 @@ class Admission:
     rules: tuple[Rule, ...]
     cost: Mapping[Dimension, int]  # requests=1, input_tokens, output_tokens, tokens (=in+out), ...
     priority: Priority = "standard"
+    on_backend_error: OnBackendError | None = None  # None: the limiter's own mode (its pool's, per call)
 
 
 class RuleState(NamedTuple):
@@ -272,6 +277,7 @@ class Reservation:
     rules: tuple[Rule, ...]
     reserved: dict[Dimension, int]
     priority: Priority
+    on_backend_error: OnBackendError | None = None  # its admission's, for its top-ups
 
 
 @dataclass(slots=True)
@@ -283,6 +289,29 @@ class Decision:
     retry_after_s: float = 0.0
     shadow_refusals: tuple[Rule, ...] = ()  # shadow rules that would have refused
     degraded: bool = False  # decided by the fail-open local limiter, not the shared backend
+
+
+# Per dimension, the enforced rule with the smallest limit (for a priority) and that limit.
+Ceilings = tuple[tuple[Dimension, int, Rule], ...]
+
+
+def ceilings(rules: tuple[Rule, ...], priority: Priority) -> Ceilings:
+    """The tightest enforced limit of each dimension (shadow rules never refuse)."""
+    tightest: dict[Dimension, tuple[int, Rule]] = {}
+    for rule in rules:
+        limit = rule.effective_limit(priority)
+        if not rule.shadow and (rule.dimension not in tightest or limit < tightest[rule.dimension][0]):
+            tightest[rule.dimension] = (limit, rule)
+    return tuple((dim, limit, rule) for dim, (limit, rule) in tightest.items())
+
+
+def over_limit(limits: Ceilings, cost: Mapping[Dimension, int]) -> tuple[Rule, int, int] | None:
+    """(rule, its limit, the cost) of a request no window could ever admit, or None."""
+    for dim, limit, rule in limits:
+        amount = cost.get(dim, 0)
+        if amount > limit:
+            return rule, limit, amount
+    return None
 
 
 # Told about a `settle_soon` a shared backend could not apply, and why (`ratelimit.failover.Shared`).

@@ -24,12 +24,16 @@ class FailoverCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         s = self._stats
+        errors = CounterMetricFamily(
+            "llmgw_ratelimit_backend_errors",
+            "Limiter calls to Redis that failed, by operation and reason (timeout, connection, oom, "
+            "auth, noperm, moved, readonly, busy, script, other)",
+            labels=["op", "reason"],
+        )
+        for (op, reason), count in sorted(s.errors.items()):
+            errors.add_metric([op, reason], count)
+        yield errors
         for name, doc, value in (
-            (
-                "llmgw_ratelimit_backend_errors",
-                "Limiter calls that found Redis unavailable",
-                s.backend_errors,
-            ),
             (
                 "llmgw_ratelimit_fail_open_activations",
                 "Switches to the local fail-open limiter",
