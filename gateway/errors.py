@@ -131,6 +131,14 @@ class RateLimitError(GatewayError):
     retryable = True
 
 
+class RequestOverLimitError(RateLimitError):
+    """A request larger than a limit can ever admit, or than a day / month quota has left: a retry
+    cannot help, so no Retry-After and `x-should-retry: false` (the OpenAI SDKs raise at once)."""
+
+    default_code = "request_too_large"
+    retryable = False
+
+
 # -- ours and the pools' (5xx) --------------------------------------------------------------------
 
 

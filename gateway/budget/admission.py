@@ -9,36 +9,48 @@ In-flight tickets are renewed in one batched call every `lease_s / 3`, so a leas
 when this process is gone.
 
 The same module turns decisions into OpenAI's `x-ratelimit-*` headers (for the tightest level) and
-a refusal into a 429 that names the level and dimension that refused.
+a refusal into a 429 that names the level and dimension that refused. A request that can never fit
+(its cost in a dimension over the tightest enforced limit there: `over_limit`, checked here before
+any round trip; or over what a day / month quota has left, as the backend reports) is a 429
+`request_too_large` that a retry cannot help: no Retry-After, `x-should-retry: false`.
+
+Each admission carries its pool's failure mode (`modes`, pool -> fail_open / fail_closed, built from
+the policy by `gateway.parts`): the failover limiter decides per call.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import logging
 from collections import OrderedDict
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from time import monotonic, perf_counter
 from typing import Any
 
-from gateway.errors import RateLimitError, UpstreamUnavailableError
+from gateway.errors import RateLimitError, RequestOverLimitError, UpstreamUnavailableError
 from gateway.observability.metrics import Metrics
-from ratelimit.errors import BackendUnavailable
+from ratelimit.errors import BackendUnavailable, EveryMinute
 from ratelimit.model import (
     Admission,
+    Ceilings,
     Decision,
     Dimension,
     Limiter,
     LimitsConfig,
+    OnBackendError,
     Reservation,
     Rule,
     RuleState,
     Tenant,
+    ceilings,
+    over_limit,
 )
 from ratelimit.rules import request_cost, resolve_rules, usage_cost
 
 _TOKEN_DIMS = frozenset((Dimension.TOKENS, Dimension.INPUT_TOKENS, Dimension.OUTPUT_TOKENS))
+_QUOTA_DIMS = frozenset((Dimension.TOKENS_DAY, Dimension.TOKENS_MONTH))
+log = logging.getLogger("llmgw.ratelimit")
 _DIM_TEXT = {
     Dimension.REQUESTS: "requests per minute",
     Dimension.INPUT_TOKENS: "input tokens per minute",
@@ -108,6 +120,18 @@ def _describe(rule: Rule) -> str:
     return f"{where} on {_DIM_TEXT[rule.dimension]}"
 
 
+def too_large(rule: Rule, amount: int, limit: int, left: int | None = None) -> RequestOverLimitError:
+    """The 429 of a request over a limit (`left` None) or over what a quota has left."""
+    unit = _DIM_TEXT[rule.dimension].split(" per ")[0]
+    if left is None:
+        why = f"it needs {amount} {unit}, more than the limit of {limit}: it can never be admitted"
+    else:
+        why = f"it needs {amount} {unit}, and {left} of the limit of {limit} are left until the quota resets"
+    err = RequestOverLimitError(f"Request too large for {_describe(rule)}: {why}.")
+    err.param = f"{rule.level.value}.{rule.dimension.value}"
+    return err
+
+
 @dataclass(slots=True)
 class Ticket:
     """An admitted request's hold on its budgets."""
@@ -125,11 +149,20 @@ class Ticket:
 
 
 class Admissions:
-    def __init__(self, config: LimitsConfig, limiter: Limiter, metrics: Metrics) -> None:
+    def __init__(
+        self,
+        config: LimitsConfig,
+        limiter: Limiter,
+        metrics: Metrics,
+        modes: Mapping[str, OnBackendError] | None = None,
+    ) -> None:
+        """`modes`: pool -> its failure mode; a pool not in it (the cache's) gets the limiter's own."""
         self._config = config
         self._limiter = limiter
         self._metrics = metrics
-        self._rules: OrderedDict[tuple[str, str, str], tuple[Rule, ...]] = OrderedDict()
+        self._modes = dict(modes or {})
+        self._rules: OrderedDict[tuple[str, str, str], tuple[tuple[Rule, ...], Ceilings]] = OrderedDict()
+        self._report = EveryMinute(log)
         # Hot-path children, labelled once.
         self._allowed = metrics.limit_decisions.labels("all", "all", "allowed")
         self._degraded = metrics.limit_decisions.labels("all", "all", "degraded")
@@ -155,14 +188,17 @@ class Admissions:
 
         Keyed by key id: a key's record (tier, overrides) never changes; revoking makes a new key.
         """
+        return self._rule_set(tenant, pool)[0]
+
+    def _rule_set(self, tenant: Tenant, pool: str) -> tuple[tuple[Rule, ...], Ceilings]:
         key = (tenant.key_id, tenant.tier, pool)
-        rules = self._rules.get(key)
-        if rules is None:
+        found = self._rules.get(key)
+        if found is None:
             rules = resolve_rules(self._config, tenant, pool)
-            self._rules[key] = rules
+            found = self._rules[key] = (rules, ceilings(rules, tenant.priority))
             if len(self._rules) > 10_000:
                 self._rules.popitem(last=False)
-        return rules
+        return found
 
     async def admit(
         self,
@@ -174,9 +210,13 @@ class Admissions:
         stream_topup: bool,
     ) -> Ticket:
         output = min(output_granted, self._config.stream_chunk_tokens) if stream_topup else output_granted
-        admission = Admission(
-            request_id, self.rules_for(tenant, pool), request_cost(input_estimate, output), tenant.priority
-        )
+        rules, limits = self._rule_set(tenant, pool)
+        cost = request_cost(input_estimate, output)
+        if (over := over_limit(limits, cost)) is not None:
+            rule, limit, amount = over
+            self._metrics.limit_decisions.labels(rule.level.value, rule.dimension.value, "too_large").inc()
+            raise too_large(rule, amount, limit)
+        admission = Admission(request_id, rules, cost, tenant.priority, self._modes.get(pool))
         t = perf_counter()
         try:
             decision = await self._limiter.admit(admission)
@@ -192,7 +232,7 @@ class Admissions:
             self._remember_headroom(tenant.key_id, decision)
         headers = rate_limit_headers(decision.states)
         if not decision.allowed or decision.reservation is None:
-            raise self._refusal(decision, headers)
+            raise self._refusal(decision, headers, cost)
         self._active[request_id] = decision.reservation
         self._reserved.inc(input_estimate + output)
         return Ticket(decision.reservation, input_estimate, output, output_granted, headers)
@@ -250,19 +290,31 @@ class Admissions:
             (self._spec_refused if task.exception() is not None else self._spec_admitted).inc()
 
     def _count(self, decision: Decision) -> None:
+        """Allowed and shadow refusals (`_refusal` counts refusals)."""
         m = self._metrics.limit_decisions
         if decision.allowed:
             (self._degraded if decision.degraded else self._allowed).inc()
-        elif decision.refused_by is not None:
-            m.labels(decision.refused_by.level.value, decision.refused_by.dimension.value, "refused").inc()
         for rule in decision.shadow_refusals:
             m.labels(rule.level.value, rule.dimension.value, "shadow_refused").inc()
 
-    def _refusal(self, decision: Decision, headers: list[tuple[bytes, bytes]]) -> RateLimitError:
+    def _refusal(
+        self, decision: Decision, headers: list[tuple[bytes, bytes]], cost: Mapping[Dimension, int]
+    ) -> RateLimitError:
         rule = decision.refused_by
+        state = next((s for s in decision.states if s.rule == rule), None)
+        if rule is not None:
+            # More than a day / month quota has left: waiting for the window cannot help.
+            over = (
+                rule.dimension in _QUOTA_DIMS and state is not None and cost[rule.dimension] > state.remaining
+            )
+            outcome = "too_large" if over else "refused"
+            self._metrics.limit_decisions.labels(rule.level.value, rule.dimension.value, outcome).inc()
+            if over and state is not None:
+                big = too_large(rule, cost[rule.dimension], rule.limit, max(0, state.remaining))
+                big.headers.update({k.decode(): v.decode() for k, v in headers})
+                return big
         retry = max(1, int(decision.retry_after_s + 0.999))
         what = _describe(rule) if rule is not None else "a limit"
-        state = next((s for s in decision.states if s.rule == rule), None)
         detail = f" (limit {rule.limit}, remaining {max(0, state.remaining)})" if rule and state else ""
         err = RateLimitError(
             f"Rate limit reached for {what}{detail}. Please try again in {retry}s.",
@@ -311,13 +363,25 @@ class Admissions:
         self._limiter.settle_soon(ticket.reservation, usage_cost(input_tokens, output_tokens))
 
     async def renew_forever(self) -> None:
-        """Keep the leases of running requests alive (one batched call per round)."""
+        """Keep the leases of running requests alive (one batched call per round). A round that fails,
+        whatever the error, is counted (`llmgw_ratelimit_decisions{outcome="renew_failed"}`), logged at
+        most once a minute per kind of error, and the next round tries again: if this task ended, every
+        running request's lease would lapse after `lease_s` and its usage go uncharged."""
         interval = self._config.lease_s / 3
+        failed = self._metrics.limit_decisions.labels("all", "all", "renew_failed")
         while True:
             await asyncio.sleep(interval)
-            if self._active:
-                with contextlib.suppress(BackendUnavailable):
-                    await self._limiter.renew(list(self._active.values()))
+            if not self._active:
+                continue
+            try:
+                await self._limiter.renew(list(self._active.values()))
+            except Exception as e:  # noqa: BLE001 - one bad round must not end the renewals for good
+                failed.inc()
+                level = logging.WARNING if isinstance(e, BackendUnavailable) else logging.ERROR
+                name = type(e).__name__
+                self._report(
+                    name, level, "renewing leases failed: %s: %s (next round in %.3g s)", name, e, interval
+                )
 
     async def drain(self) -> None:
         """Wait for queued settlements (shutdown)."""
