@@ -51,7 +51,7 @@ from gateway.routing.aliases import RoutedAlias
 from gateway.routing.cascade_runner import CascadeRunner
 from gateway.routing.route import Route
 from gateway.routing.table import Routes
-from gateway.tenancy.auth import Authenticator
+from gateway.tenancy.auth import Authenticator, Principal
 from gateway.upstream.calls import CallSpec, PoolCalls
 from gateway.upstream.h1 import H1Client
 from gateway.upstream.pool_client import PoolClient
@@ -125,10 +125,11 @@ class Relay:
 
     async def _serve(self, ctx: RequestContext, receive: Receive, send: Send) -> None:
         """The stages, in order; each raises a GatewayError to refuse the request."""
+        principal = await self._authenticate(ctx)  # the key, from the headers: before the body is read
         raw = await read_body(ctx.headers.content_length, receive, self._max_body, self._max_depth)
         body = ctx.body = parse_body(raw)
         ctx.alias = alias_of(body)
-        pools = await self._authenticate(ctx)
+        pools = self._permit(ctx, principal)
         self.observer.begin(ctx, ctx.kind, body)
         if self._cached is not None:
             if await self._cached.serve(ctx, send):
@@ -148,19 +149,28 @@ class Relay:
         if self._cached is not None:
             self._cached.remember(ctx)
 
-    async def _authenticate(self, ctx: RequestContext) -> frozenset[str]:
-        """The caller (on the context) and the pools its key may use (empty: any), checked against the
-        alias here, before the cache can answer."""
+    async def _authenticate(self, ctx: RequestContext) -> Principal:
+        """The caller (on the context), from its key alone: a bad key costs no body read or parse."""
         h = ctx.headers
         try:
             with self._trace.span("auth"):
-                principal = await self._auth.authenticate(h.authorization, ctx.alias, api_key=h.api_key)
-                self._routes.check_pools(ctx.alias, principal.pools)
-        except (AuthenticationError, PermissionDeniedError) as err:
+                principal = await self._auth.identify(h.authorization, api_key=h.api_key)
+        except AuthenticationError as err:
             self._metrics.auth_failures.labels(str(err.code)).inc()
             raise
         ctx.tenant = principal.tenant
         ctx.priority = _PRIORITY.get(principal.tenant.priority, 0)
+        return principal
+
+    def _permit(self, ctx: RequestContext, principal: Principal) -> frozenset[str]:
+        """The pools the caller's key may use (empty: any), checked against the alias here, before the
+        cache can answer."""
+        try:
+            self._auth.permit(principal, ctx.alias)
+            self._routes.check_pools(ctx.alias, principal.pools)
+        except PermissionDeniedError as err:
+            self._metrics.auth_failures.labels(str(err.code)).inc()
+            raise
         return principal.pools
 
     async def _route(self, ctx: RequestContext, pools: frozenset[str]) -> Route:

@@ -68,6 +68,7 @@ class Principal:
     tenant: Tenant
     key_id: str
     pools: frozenset[str] = frozenset()  # pools its requests may be served by; empty = any
+    models: frozenset[str] = frozenset()  # aliases it may call; empty = any
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,7 +160,7 @@ class Authenticator:
         if record.revoked_at is not None:
             return record.key_id
         pools = record.pools or self._tier_pools.get(record.tier, frozenset())
-        principal = Principal(self.tenant_for(record), record.key_id, pools)
+        principal = Principal(self.tenant_for(record), record.key_id, pools, record.models)
         return _Resolved(principal, record.models, record.tier in self._limits.tiers)
 
     async def authenticate(
@@ -171,19 +172,24 @@ class Authenticator:
         header, used only when there is no `Authorization` header. Raises `AuthenticationError` (401),
         `PermissionDeniedError` (403), or `UpstreamUnavailableError` (503) when the store is down.
         """
-        if self._disabled:
-            return self._anonymous
-        outcome = await self._resolved(authorization, api_key)
-        if outcome.models and alias not in outcome.models:
+        principal = await self.identify(authorization, api_key=api_key)
+        self.permit(principal, alias)
+        return principal
+
+    @staticmethod
+    def permit(principal: Principal, alias: str) -> None:
+        """Raise `PermissionDeniedError` (403) unless the caller's key may use model `alias`. Apart from
+        `identify` so that the relay checks the key before it reads the body, the model after."""
+        if principal.models and alias not in principal.models:
             raise PermissionDeniedError(
-                f"The API key '{outcome.principal.key_id}' is not allowed to use model '{alias}'.",
+                f"The API key '{principal.key_id}' is not allowed to use model '{alias}'.",
                 param="model",
                 code="model_not_allowed",
             )
-        return outcome.principal
 
     async def identify(self, authorization: bytes | None, *, api_key: bytes | None = None) -> Principal:
-        """The caller, whatever models its key may use (feedback: rating needs a key, not a model)."""
+        """The caller, whatever models its key may use (the relay, before it reads the body; feedback:
+        rating needs a key, not a model). Raises like `authenticate`, without the 403."""
         if self._disabled:
             return self._anonymous
         return (await self._resolved(authorization, api_key)).principal
