@@ -29,11 +29,12 @@ class CacheStage:
         self._ids = ids
         self._trace = trace
 
-    async def serve(self, ctx: RequestContext, send: Send) -> bool:
-        """True when the cache answered the request; else it is a miss or bypass (`ctx.cache`)."""
+    async def serve(self, ctx: RequestContext, send: Send, allowed: frozenset[str]) -> bool:
+        """True when the cache answered the request; else it is a miss or bypass (`ctx.cache`).
+        `allowed`: the pools the caller's key may use (empty: any)."""
         cache, alias = self._cache, ctx.alias
         assert ctx.tenant is not None
-        look = ctx.look = cache.plan(ctx.kind, alias, ctx.body, ctx.headers.cache, ctx.tenant)
+        look = ctx.look = cache.plan(ctx.kind, alias, ctx.body, ctx.headers.cache, ctx.tenant, allowed)
         status = BYPASS
         if look is not None:
             with self._trace.span("cache"):

@@ -132,7 +132,7 @@ class Relay:
         pools = self._permit(ctx, principal)
         self.observer.begin(ctx, ctx.kind, body)
         if self._cached is not None:
-            if await self._cached.serve(ctx, send):
+            if await self._cached.serve(ctx, send, pools):
                 return
         else:
             ctx.cache = BYPASS

@@ -53,6 +53,7 @@ class _Alias:
     cfg: ModelCache
     route: str  # the pools and served models behind the alias: part of every key
     kinds: frozenset[Kind]
+    pools: frozenset[str]  # the pools behind it (a routed alias has several)
 
 
 @dataclass(slots=True)
@@ -113,7 +114,7 @@ class ResponseCache:
                 kinds = frozenset({Kind.CHAT})  # routed aliases serve chat only
             else:
                 kinds = frozenset(Kind(k) for k in pools[names[0]].serves) - {Kind.EMBEDDINGS}
-            self._aliases[m.name] = _Alias(m.cache, route, kinds)
+            self._aliases[m.name] = _Alias(m.cache, route, kinds, frozenset(names))
         self.wants_semantic = any(a.cfg.semantic.enabled for a in self._aliases.values())
 
     async def start(self) -> None:
@@ -136,9 +137,16 @@ class ResponseCache:
             )
 
     def plan(
-        self, kind: Kind, alias: str, body: dict[str, Any], header: bytes | None, tenant: Tenant
+        self,
+        kind: Kind,
+        alias: str,
+        body: dict[str, Any],
+        header: bytes | None,
+        tenant: Tenant,
+        allowed: frozenset[str] = frozenset(),
     ) -> Lookup | None:
-        """The request's cache identity, or None when it bypasses the cache."""
+        """The request's cache identity, or None when it bypasses the cache. `allowed`: the pools the
+        caller's key may use (empty: any)."""
         parsed = HEADER_VALUES.get(header.strip().lower()) if header is not None else None
         if header is not None and parsed is None:
             raise InvalidRequestError("x-llmgw-cache must be 'on' or 'off'")
@@ -149,6 +157,10 @@ class ResponseCache:
         if not uses_cache(cfg.default, parsed, body):
             return None
         scope = _scope(cfg, tenant)
+        if allowed and not entry.pools <= allowed:
+            # A key cut off a routed alias's stronger pools must not get an answer one of them gave
+            # (an unrestricted key of the same scope stored it): keys with the same cut share entries.
+            scope += "|pools:" + ",".join(sorted(entry.pools & allowed))
         try:
             key = exact_key(scope, entry.route, kind.value, body)
         except TypeError:
