@@ -39,7 +39,7 @@ class InputSize:
 
 MIN_SAMPLES = 50  # samples per class before the calibrated rate replaces the configured one
 WINDOW = 256  # samples per half of the sliding window
-SAMPLE_BYTES = 512  # prompts shorter than this calibrate only the excess
+SAMPLE_BYTES = 256  # prompts shorter than this calibrate only the excess
 MARGIN = 1.1  # headroom over the highest rate seen
 FLOOR = (1 / 8, 1 / 12)  # lowest tokens per byte assumed: mostly-ASCII text, wide-character text
 MAX_EXCESS = 512  # the most template tokens beyond the allowance a sample may teach
