@@ -1,0 +1,63 @@
+"""The upstream side reads what a pool may send (issue 25, "upstream parsing"): a real gateway process
+in front of a hostile pool process. A CRLF-framed stream with comments, `event:`/`id:` lines and
+`data:[DONE]` is relayed byte for byte, its usage metered, and the replica's breaker counts no
+failure; a stream of keep-alives alone is no first token; a gzip answer is refused clearly. Both
+upstream clients (the lean one and aiohttp) are run."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from tests.support.hostile_pool import CRLF_STREAM, gateway_before_hostile_pool
+from tests.support.prom import metric
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module", params=["h1", "aiohttp"])
+def gateway(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[str]:
+    with gateway_before_hostile_pool(tmp_path_factory.mktemp("hostile"), request.param) as (base, _):
+        yield base
+
+
+def _stream(base: str, alias: str, usage: bool = False) -> httpx.Response:
+    body: dict[str, object] = {
+        "model": alias,
+        "messages": [{"role": "user", "content": "hi"}],
+        "stream": True,
+    }
+    if usage:
+        body["stream_options"] = {"include_usage": True}
+    return httpx.post(f"{base}/v1/chat/completions", json=body, timeout=20)
+
+
+def test_a_crlf_stream_is_relayed_complete_and_the_replica_stays_healthy(gateway: str) -> None:
+    for _ in range(4):
+        resp = _stream(gateway, "crlf", usage=True)
+        assert resp.status_code == 200
+        assert resp.content == CRLF_STREAM  # byte for byte: nothing re-framed, nothing held back
+    resp = _stream(gateway, "crlf")  # no usage asked for: the usage event is cut, the rest as sent
+    assert resp.status_code == 200
+    assert b'"usage"' not in resp.content and resp.content.endswith(b"data:[DONE]\r\n\r\n")
+    text = httpx.get(f"{gateway}/metrics", timeout=5).text
+    assert metric(text, "llmgw_upstream_errors_total", 'pool="crlf"') == 0
+    assert metric(text, "llmgw_replica_breaker_opens_total", 'pool="crlf"') == 0
+    assert metric(text, "llmgw_replica_breaker_state", 'pool="crlf"') == 0
+    # The usage behind the event: and id: lines was read: 2 output tokens per stream.
+    assert metric(text, "llmgw_tokens_total", 'direction="output",model="crlf",pool="crlf"') == 5 * 2
+
+
+def test_keep_alives_are_not_a_first_token(gateway: str) -> None:
+    resp = _stream(gateway, "keepalive")
+    assert resp.status_code == 504, resp.text
+    assert resp.json()["error"]["code"] == "upstream_timeout"
+
+
+def test_a_compressed_answer_is_a_clear_upstream_error(gateway: str) -> None:
+    body = {"model": "gzip", "messages": [{"role": "user", "content": "hi"}]}
+    resp = httpx.post(f"{gateway}/v1/chat/completions", json=body, timeout=20)
+    assert resp.status_code == 502, resp.text
+    assert resp.json()["error"]["message"] == "pool 'gzip' sent a compressed response"
