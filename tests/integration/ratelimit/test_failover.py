@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+import redis
 
 from ratelimit.errors import BackendUnavailable
 from ratelimit.failover import FailoverLimiter
@@ -157,3 +158,29 @@ async def test_redis_backend_raises_backend_unavailable_quickly(server: RedisSer
             await backend.admit(adm(1, 10))
     assert time.monotonic() - started < 3.0
     await backend.close()
+
+
+async def test_fail_open_top_ups_are_bounded_locally_and_settle_in_redis(
+    fail_open: FailoverLimiter, server: RedisServer
+) -> None:
+    """A stream Redis admitted keeps growing while Redis refuses to work (out of memory), but only as
+    far as the local limiter's view of the same rule allows (every chunk used to be granted); once
+    Redis is back, its settlement charges the real usage there."""
+    lim = fail_open
+    decision = await lim.admit(adm(1, 40))
+    assert decision.reservation is not None and not decision.degraded
+    stream = decision.reservation
+    admin = redis.Redis(port=server.port)
+    admin.config_set("maxmemory-policy", "noeviction")
+    admin.config_set("maxmemory", 1)
+    chunk = {Dimension.OUTPUT_TOKENS: 25, Dimension.TOKENS: 25}
+    grants = [await lim.top_up(stream, chunk) for _ in range(4)]
+    assert grants == [True, True, False, False]  # 40 + 25 + 25 = 90 <= 100 < 115
+    assert stream.reserved[Dimension.TOKENS] == 90
+    assert lim.stats.errors == {("top_up", "oom"): 1}
+    admin.config_set("maxmemory", 0)
+    await asyncio.sleep(PROBE_S * 1.5)
+    lim.settle_soon(stream, usage_cost(40, 45))
+    await lim.flush()
+    assert not (await lim.admit(adm(2, 16))).allowed  # 85 + 16 > 100: Redis charged the usage
+    assert (await lim.admit(adm(3, 15))).allowed
