@@ -16,8 +16,12 @@ import pytest
 import redis
 import uvloop
 
+from gateway.config import ConfigError, parse_policy
+from gateway.errors import UpstreamUnavailableError
+from gateway.parts import build
+from gateway.settings import Settings
 from ratelimit.errors import BackendUnavailable, UnsupportedBackend
-from ratelimit.model import Admission, Dimension, Level, Reservation, Rule
+from ratelimit.model import Admission, Dimension, Level, Reservation, Rule, Tenant
 from ratelimit.redis_backend import RedisBackend
 from ratelimit.resp import SUPPORTED, RespClient
 from ratelimit.rules import request_cost, usage_cost
@@ -215,3 +219,43 @@ async def test_redis_cluster_is_refused_at_start_and_moved_is_backend_unavailabl
     reservation = Reservation("r", RULES, {Dimension.TOKENS: 1}, "standard")
     assert await failure(backend.renew([reservation])) == ("moved", "renew")
     await backend.close()
+
+
+POLICY = """\
+pools:
+  - {name: gpu, model: m, endpoints: {static: ["http://127.0.0.1:1"]}}
+  - {name: hosted, engine: litellm, model: openai/gpt-4o-mini}
+  - {name: strict, model: m, endpoints: {static: ["http://127.0.0.1:1"]}, on_backend_error: fail_closed}
+models:
+  - {name: gpu, route: {pool: gpu}}
+  - {name: hosted, route: {pool: hosted}}
+  - {name: strict, route: {pool: strict}}
+limits: {backend: redis}
+"""
+
+
+async def test_the_gateway_applies_each_pools_failure_mode_when_redis_fails(server: RedisServer) -> None:
+    """Built as the gateway builds it: Redis refuses every call (wrong password) from the start; the
+    gateway still starts, counts the error, and each pool gets its own mode (litellm: fail_closed)."""
+    redis.Redis(port=server.port).config_set("requirepass", "right")
+    components = build(parse_policy(POLICY, "<test>"), Settings(redis_url=url_with(server, ":wrong")))
+    await components.start()
+    assert components.failover is not None and components.failover.errors == {("load", "auth"): 1}
+    tenant = Tenant("k", "app", "org", "standard")
+    admissions = components.admissions
+    ticket = await admissions.admit("r1", tenant, "gpu", 10, 10, False)  # fail_open (the default)
+    admissions.settle(ticket, 10, 10)
+    for i, pool in enumerate(("hosted", "strict")):
+        with pytest.raises(UpstreamUnavailableError) as info:
+            await admissions.admit(f"r{i + 2}", tenant, pool, 10, 10, False)
+        assert info.value.status == 503 and info.value.code == "rate_limiter_unavailable"
+    await components.close()
+
+
+async def test_the_gateway_refuses_to_start_on_a_cluster_node(cluster: tuple[int, int]) -> None:
+    settings = Settings(redis_url=f"redis://127.0.0.1:{cluster[0]}/0")
+    components = build(parse_policy(POLICY, "<test>"), settings)
+    with pytest.raises(ConfigError) as info:
+        await components.start()
+    assert "cluster_enabled:1" in str(info.value) and SUPPORTED in str(info.value)
+    await components.close()
