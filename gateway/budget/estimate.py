@@ -7,13 +7,16 @@ here text bytes become tokens at a rate learnt from what the pool reported (docs
 
     estimate = int(text_bytes * rate * MARGIN) + fixed + excess
 
-- `rate` is the highest `(prompt_tokens - fixed) / text_bytes` seen in the last `WINDOW` to
-  `2 * WINDOW` samples of prompts of at least `SAMPLE_BYTES` (two alternating halves give a sliding max
-  in O(1)); short prompts are ruled by their additive template tokens, not by the rate.
-- `excess` is the highest shortfall seen (any prompt size) once the rate is known: what a template
-  adds beyond the per-message allowance (a default system prompt, say).
-- Until `MIN_SAMPLES` samples, the configured `input_bytes_per_token` (1.0: one token per byte, which
-  no tokenizer exceeds on text) is used as is.
+- `rate` is the highest `(prompt_tokens - fixed) / text_bytes` seen among the last `WINDOW` to
+  `2 * WINDOW` prompts of the same size band (`BANDS`: 256 B, 1 KB, 4 KB, 16 KB and up; two
+  alternating halves give a sliding max in O(1)). Bands, because a short slice of text varies far
+  more in density than a long one: the densest 300-byte snippet of English is twice the density of
+  50 KB of it, and a maximum over all sizes would reserve long prompts at the short ones' worst. A
+  band without `MIN_SAMPLES` samples borrows the nearest shorter band's rate (higher, so safe), or
+  else the nearest longer band's times `SHORTER` per band; with none, the configured
+  `input_bytes_per_token` (1.0: one token per byte, which no tokenizer exceeds on text) is used.
+- `excess` is the highest shortfall seen (any prompt size, prompts under 256 B included) once a rate
+  is known: what a template adds beyond the per-message allowance (a default system prompt, say).
 - Mostly-ASCII text and text of wide characters (CJK: three bytes each, about one token each) are
   calibrated apart, so a pool's Chinese traffic does not triple its English reservations.
 - A pool that lies low (tiny prompt_tokens) cannot take the rate under `FLOOR` tokens per byte (no
@@ -37,45 +40,95 @@ class InputSize:
     fixed: int  # tokens counted exactly or allowed flat: token ids, template markers, images
 
 
-MIN_SAMPLES = 50  # samples per class before the calibrated rate replaces the configured one
-WINDOW = 256  # samples per half of the sliding window
-SAMPLE_BYTES = 256  # prompts shorter than this calibrate only the excess
+MIN_SAMPLES = 50  # samples of a band before its calibrated rate replaces the configured one
+WINDOW = 256  # samples per half of a band's sliding window
+BANDS = (256, 1024, 4096, 16384)  # lower bounds of the size bands (bytes of text); shorter: no band
 MARGIN = 1.1  # headroom over the highest rate seen
+SHORTER = 1.25  # a band with no calibrated band below it: the next longer band's rate times this
 FLOOR = (1 / 8, 1 / 12)  # lowest tokens per byte assumed: mostly-ASCII text, wide-character text
 MAX_EXCESS = 512  # the most template tokens beyond the allowance a sample may teach
 
 
-class _Rate:
-    """One class's sliding maximum of tokens per byte, and of the excess."""
+def _band(text_bytes: int) -> int:
+    """The size band of a prompt: -1 under BANDS[0], else the index of the highest bound reached."""
+    i = -1
+    for bound in BANDS:
+        if text_bytes < bound:
+            break
+        i += 1
+    return i
 
-    __slots__ = ("floor", "samples", "half", "rate", "prev_rate", "excess", "prev_excess", "per_byte")
 
-    def __init__(self, bytes_per_token: float, floor: float) -> None:
-        self.floor = floor
+class _Band:
+    """One size band's sliding maximum of tokens per byte."""
+
+    __slots__ = ("samples", "half", "rate", "prev_rate")
+
+    def __init__(self) -> None:
         self.samples = 0
         self.half = 0  # samples in the current half-window
         self.rate = self.prev_rate = 0.0
+
+    def observe(self, rate: float) -> None:
+        self.rate = max(self.rate, rate)
+        self.samples += 1
+        self.half += 1
+        if self.half >= WINDOW:
+            self.prev_rate, self.rate, self.half = self.rate, 0.0, 0
+
+
+class _Rate:
+    """One class of text (mostly ASCII, or wide characters): its bands' rates and the excess."""
+
+    __slots__ = ("floor", "configured", "bands", "per_byte", "excess", "prev_excess", "half")
+
+    def __init__(self, bytes_per_token: float, floor: float) -> None:
+        self.floor = floor
+        self.configured = 1 / bytes_per_token
+        self.bands = tuple(_Band() for _ in BANDS)
+        self.per_byte = [self.configured] * len(BANDS)  # what estimates use, per band
         self.excess = self.prev_excess = 0
-        self.per_byte = 1 / bytes_per_token  # what estimates use: configured until calibrated
+        self.half = 0
+
+    def tokens(self, text_bytes: int) -> int:
+        return int(text_bytes * self.per_byte[max(0, _band(text_bytes))]) + max(self.excess, self.prev_excess)
 
     def observe(self, text_bytes: int, tokens: int) -> None:
         """`tokens`: the reported prompt tokens minus the fixed part of the estimate."""
-        if text_bytes >= SAMPLE_BYTES:
-            self.rate = max(self.rate, min(1.0, tokens / text_bytes))
-            self.samples += 1
-        if self.samples >= MIN_SAMPLES:
-            self.per_byte = max(self.rate, self.prev_rate, self.floor) * MARGIN
-            short = tokens - int(text_bytes * self.per_byte)
+        band = _band(text_bytes)
+        if band >= 0:
+            self.bands[band].observe(min(1.0, tokens / text_bytes))
+            self._recompute()
+        per_byte = self.per_byte[max(0, band)]
+        if per_byte != self.configured:  # a rate is known: what the template adds beyond it
+            short = tokens - int(text_bytes * per_byte)
             self.excess = max(self.excess, min(MAX_EXCESS, short))
         self.half += 1
         if self.half >= WINDOW:
-            self.prev_rate, self.rate = self.rate, 0.0
-            self.prev_excess, self.excess = self.excess, 0
-            self.half = 0
+            self.prev_excess, self.excess, self.half = self.excess, 0, 0
+
+    def _recompute(self) -> None:
+        """Each band's rate: its own once calibrated, else the nearest shorter calibrated band's, else
+        the nearest longer one's raised by `SHORTER` per band (shorter text varies more), else the
+        configured one."""
+        own = [
+            max(b.rate, b.prev_rate, self.floor) * MARGIN if b.samples >= MIN_SAMPLES else 0.0
+            for b in self.bands
+        ]
+        for i in range(len(own)):
+            shorter = [r for r in own[: i + 1] if r]
+            longer = [(r, j - i) for j, r in enumerate(own) if r and j > i]
+            if shorter:
+                self.per_byte[i] = shorter[-1]
+            elif longer:
+                rate, steps = longer[0]
+                self.per_byte[i] = min(rate * SHORTER**steps, max(rate, self.configured))
+            else:
+                self.per_byte[i] = self.configured
 
     @property
-    def extra(self) -> int:
-        return max(self.excess, self.prev_excess)
+    def calibrated(self) -> bool:
+        return any(b.samples >= MIN_SAMPLES for b in self.bands)
 
 
 class PoolEstimate:
@@ -95,8 +148,7 @@ class PoolEstimate:
         """An upper bound of the prompt's tokens on this pool."""
         if not size.text_bytes:
             return size.fixed
-        c = self._class(size)
-        return int(size.text_bytes * c.per_byte) + size.fixed + c.extra
+        return self._class(size).tokens(size.text_bytes) + size.fixed
 
     def observe(self, size: InputSize, prompt_tokens: int) -> None:
         """What the pool reported for a prompt of `size` (truthful, validated usage only)."""
@@ -105,7 +157,7 @@ class PoolEstimate:
 
     @property
     def calibrated(self) -> bool:
-        return self._narrow.samples >= MIN_SAMPLES or self._wide.samples >= MIN_SAMPLES
+        return self._narrow.calibrated or self._wide.calibrated
 
 
 class InputEstimates:

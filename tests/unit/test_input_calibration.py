@@ -43,7 +43,7 @@ def test_one_token_per_byte_until_enough_samples() -> None:
 def test_calibrated_estimate_is_above_and_close_to_the_real_count() -> None:
     rng = random.Random(2)
     est = PoolEstimate(1.0)
-    feed(est, [english(rng, rng.randint(100, 2000)) for _ in range(200)])
+    feed(est, [english(rng, rng.randint(100, 2000)) for _ in range(600)])
     assert est.calibrated
     for _ in range(200):
         text = english(rng, rng.randint(100, 2000))
@@ -104,3 +104,33 @@ def test_the_window_forgets_old_traffic() -> None:
     text = english(rng, 400)
     assert est.tokens(prompt_size(text)) < high
     assert est.tokens(prompt_size(text)) >= count_tokens(text)
+
+
+def test_long_prompts_are_not_reserved_at_the_short_ones_worst() -> None:
+    """A short snippet varies far more in density than a long text: each size band keeps its own rate,
+    so the densest short prompts seen do not set the rate of long ones."""
+    rng = random.Random(6)
+    est = PoolEstimate(1.0)
+    dense = "x=(a[1]+b[2])*{c};"  # a token per character in the simulator
+    for _ in range(3 * MIN_SAMPLES):
+        short = english(rng, 40) + dense * 5  # ~300 bytes, a third of it punctuation
+        est.observe(prompt_size(short), count_tokens(short))
+        long = english(rng, 4000)  # ~25 KB of prose
+        est.observe(prompt_size(long), count_tokens(long))
+    long = english(rng, 4000)
+    assert count_tokens(long) <= est.tokens(prompt_size(long)) <= 1.3 * count_tokens(long)
+    short = english(rng, 40) + dense * 5
+    assert est.tokens(prompt_size(short)) >= count_tokens(short)
+
+
+def test_a_band_without_samples_borrows_a_safe_rate() -> None:
+    rng = random.Random(7)
+    est = PoolEstimate(1.0)
+    feed(est, [english(rng, 200) for _ in range(MIN_SAMPLES)])  # ~1.2 KB prompts only
+    # Longer prompts: the shorter band's rate (denser text, so safe).
+    long = english(rng, 8000)
+    assert count_tokens(long) <= est.tokens(prompt_size(long)) <= 1.5 * count_tokens(long)
+    # Shorter prompts: the longer band's rate, raised, never above the configured one token per byte.
+    short = english(rng, 60)
+    size = prompt_size(short)
+    assert count_tokens(short) <= est.tokens(size) <= size.text_bytes + size.fixed
