@@ -120,7 +120,11 @@ def build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
     for name, ep in sorted(plugins.items()):
         p = sub.add_parser(name, help=f"({ep.value.split(':')[0]})")
         if name == wanted:  # import a plugin only when it is the command being run
-            register: Callable[[argparse.ArgumentParser], None] = ep.load()
+            try:
+                register: Callable[[argparse.ArgumentParser], None] = ep.load()
+            except ImportError as exc:
+                # The runtime image ships no `eval` package: its commands live in the sim image.
+                parser.exit(2, f"llmgw {name}: not installed in this image or environment ({exc})\n")
             register(p)
     return parser
 
