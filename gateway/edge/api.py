@@ -135,12 +135,16 @@ def _delegate_endpoint(app: GatewayApp, kind: Kind) -> Any:
 def _service_routes(api: FastAPI, app: GatewayApp) -> None:
     @api.get("/v1/models", response_model=ModelList, responses=error_responses(401, 503))
     async def list_models(request: Request) -> ModelList:
-        """The aliases the caller's key may use."""
+        """The aliases the caller's key may use: allowed by its models, served by a pool it may use."""
         created = int(app.started_at)
         h = RequestHeaders(request.scope)
-        aliases = await app.parts.auth.models_for(
-            h.authorization, [m.name for m in app.policy.models], api_key=h.api_key
-        )
+        caller = await app.parts.auth.identify(h.authorization, api_key=h.api_key)
+        aliases = [
+            m.name
+            for m in app.policy.models
+            if (not caller.models or m.name in caller.models)
+            and (not caller.pools or any(p in caller.pools for p in m.route.pools))
+        ]
         return ModelList(data=[ModelCard(id=a, created=created, owned_by="llm-gateway") for a in aliases])
 
     # HEAD too: load balancers and uptime checkers probe with it.

@@ -194,15 +194,6 @@ class Authenticator:
             return self._anonymous
         return (await self._resolved(authorization, api_key)).principal
 
-    async def models_for(
-        self, authorization: bytes | None, aliases: list[str], *, api_key: bytes | None = None
-    ) -> list[str]:
-        """The aliases the caller may use (for `GET /v1/models`); 401 like any request without a valid key."""
-        if self._disabled:
-            return aliases
-        outcome = await self._resolved(authorization, api_key)
-        return [a for a in aliases if not outcome.models or a in outcome.models]
-
     async def _resolved(self, authorization: bytes | None, api_key: bytes | None) -> _Resolved:
         key = _bearer(authorization) if authorization is not None else _plain(api_key)
         if not key:

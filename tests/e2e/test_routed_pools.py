@@ -143,3 +143,10 @@ def test_a_direct_alias_on_a_pool_the_key_may_not_use_is_403(routed: Routed) -> 
     assert error["code"] == "pool_not_allowed" and "'large'" in error["message"] and error["param"] == "model"
     assert ask(routed.url, key, "small", "hi").status_code == 200
     assert ask(routed.url, key, "auto", HARD[0]).headers.get("x-llmgw-tier") == "small"
+
+
+def test_the_model_list_shows_only_aliases_a_pool_the_key_may_use_serves(routed: Routed) -> None:
+    key = create_key(routed.url, "--app", "pools-list", "--pools", "small")
+    listed = httpx.get(f"{routed.url}/v1/models", headers={"authorization": f"Bearer {key}"}, timeout=10)
+    assert listed.status_code == 200, listed.text
+    assert sorted(m["id"] for m in listed.json()["data"]) == ["auto", "small"]  # not `large`
