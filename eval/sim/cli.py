@@ -72,7 +72,15 @@ def register(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--replay-model", metavar="NAME", help="whose responses --replay uses")
     parser.add_argument(
-        "--no-legacy-metrics", action="store_true", help="drop the deprecated vllm:gpu_cache_usage_perc"
+        "--legacy-metrics",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="also export vllm:gpu_cache_usage_perc, as vLLM < 0.10 did (0.32 does not)",
+    )
+    parser.add_argument(
+        "--enable-prompt-tokens-details",
+        action="store_true",
+        help="usage.prompt_tokens_details.cached_tokens (vLLM's flag; without it the field is null)",
     )
     parser.add_argument("--log-level", default="warning", help="uvicorn log level")
     parser.set_defaults(func=run)
@@ -113,7 +121,8 @@ def run(args: argparse.Namespace) -> int:
         served_names=tuple(args.served_model_name),
         api_keys=tuple(args.api_key or ()),
         replay=replay,
-        legacy_metrics=not args.no_legacy_metrics,
+        legacy_metrics=args.legacy_metrics,
+        prompt_tokens_details=args.enable_prompt_tokens_details,
     )
     uvicorn.run(
         build_app(config),

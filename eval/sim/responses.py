@@ -22,14 +22,30 @@ def sse(obj: Any) -> bytes:
     return b"data: " + orjson.dumps(obj) + b"\n\n"
 
 
-def usage(job: Job, completion_tokens: int, cached_tokens: int) -> dict[str, Any]:
+def _counts(job: Job, completion_tokens: int) -> dict[str, Any]:
     prompt_tokens = sum(p.pieces_len for p in job.prompts)
     return {
         "prompt_tokens": prompt_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
         "completion_tokens": completion_tokens,
-        "prompt_tokens_details": {"cached_tokens": cached_tokens},
     }
+
+
+def usage(job: Job, completion_tokens: int, cached_tokens: int) -> dict[str, Any]:
+    """A unary body's usage: vLLM 0.32 sends both details keys, null unless --enable-prompt-tokens-details."""
+    out = _counts(job, completion_tokens)
+    out["prompt_tokens_details"] = {"cached_tokens": cached_tokens} if job.prompt_tokens_details else None
+    out["completion_tokens_details"] = None
+    return out
+
+
+def stream_usage(job: Job, completion_tokens: int, cached_tokens: int | None) -> dict[str, Any]:
+    """A stream's usage: only the three counts; the final chunk (`cached_tokens` given) adds
+    `prompt_tokens_details` when the flag is on, and the key is absent otherwise (exclude_unset)."""
+    out = _counts(job, completion_tokens)
+    if cached_tokens is not None and job.prompt_tokens_details:
+        out["prompt_tokens_details"] = {"cached_tokens": cached_tokens}
+    return out
 
 
 def _chat_logprob(token: str, lp: float, alts: list[tuple[str, float]]) -> dict[str, Any]:
@@ -104,19 +120,20 @@ def full_response(job: Job, cached_tokens: int) -> bytes:
                     "logprobs": _completion_logprobs(job, i, 0, len(gen.pieces), 0),
                     "finish_reason": gen.finish_reason,
                     "stop_reason": None,
-                    "prompt_logprobs": None,
+                    "prompt_logprobs": job.prompts[i // job.n].logprobs,
                 }
             )
-    return orjson.dumps(
-        {
-            "id": job.request_id,
-            "object": "chat.completion" if job.kind == "chat" else "text_completion",
-            "created": job.created,
-            "model": job.model,
-            "choices": choices,
-            "usage": usage(job, completion_tokens, cached_tokens),
-        }
-    )
+    body: dict[str, Any] = {
+        "id": job.request_id,
+        "object": "chat.completion" if job.kind == "chat" else "text_completion",
+        "created": job.created,
+        "model": job.model,
+        "choices": choices,
+        "usage": usage(job, completion_tokens, cached_tokens),
+    }
+    if job.kind == "chat":  # vLLM puts a chat's prompt_logprobs at the top level, a completion's per choice
+        body["prompt_logprobs"] = job.prompts[0].logprobs
+    return orjson.dumps(body)
 
 
 class StreamRenderer:
@@ -139,7 +156,7 @@ class StreamRenderer:
             "choices": [choice],
         }
         if job.continuous_usage:
-            obj["usage"] = usage(job, self._total_sent, cached_tokens)
+            obj["usage"] = stream_usage(job, self._total_sent, None)
         return sse(obj)
 
     def head(self) -> list[bytes]:
@@ -211,7 +228,7 @@ class StreamRenderer:
                         "created": job.created,
                         "model": job.model,
                         "choices": [],
-                        "usage": usage(job, completion_tokens, cached_tokens),
+                        "usage": stream_usage(job, completion_tokens, cached_tokens),
                     }
                 )
             )

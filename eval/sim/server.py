@@ -6,7 +6,8 @@ every choice's answer pre-generated (`requests.py`), turn each choice into an en
   response (or the whole SSE stream) is written at once;
 - otherwise: the `EngineRunner` paces tokens; the handler awaits its `Waiter` and writes each delivered
   token as an SSE chunk (or the final body), while a watcher task reads the ASGI receive channel so an
-  `http.disconnect` aborts the sequences at once (freeing KV, counting `finished_reason="abort"`).
+  `http.disconnect` aborts the sequences at once (freeing KV; like vLLM 0.32 the abort is not counted in
+  `request_success_total`).
 """
 
 from __future__ import annotations
@@ -52,7 +53,8 @@ class SimConfig:
     served_names: tuple[str, ...]
     api_keys: tuple[str, ...] = ()
     replay: ReplayIndex | None = None
-    legacy_metrics: bool = True
+    legacy_metrics: bool = False
+    prompt_tokens_details: bool = False  # vLLM's --enable-prompt-tokens-details
 
 
 async def _read_body(receive: Receive) -> bytes:
@@ -88,6 +90,7 @@ class SimApp:
             replay=config.replay,
             rng=random.Random(profile.seed),
             id_prefix=os.urandom(4).hex(),
+            prompt_tokens_details=config.prompt_tokens_details,
         )
         self.instant = profile.is_instant
         self.in_flight = 0

@@ -23,7 +23,8 @@ E2E_BUCKETS = (
     50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0,
 )  # fmt: skip
 
-FINISH_REASONS = ("stop", "length", "abort", "error")
+# vLLM 0.32 exports every reason from start; "abort" stays 0 for client disconnects (see engine.abort).
+FINISH_REASONS = ("stop", "length", "abort", "error", "repetition")
 
 
 class Histogram:
@@ -62,6 +63,7 @@ class EngineStats:
     num_preemptions: int = 0
     prefix_cache_queries: int = 0
     prefix_cache_hits: int = 0
+    prompt_tokens_cached: int = 0  # prompt tokens served from the prefix cache (first admissions only)
     finished: dict[str, int] = field(default_factory=lambda: dict.fromkeys(FINISH_REASONS, 0))
     ttft: Histogram = field(default_factory=lambda: Histogram(TTFT_BUCKETS))
     itl: Histogram = field(default_factory=lambda: Histogram(ITL_BUCKETS))

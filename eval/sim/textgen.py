@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import random
+import zlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -182,4 +183,28 @@ def token_logprobs(
                 prev = round(prev - rng.expovariate(1.0) - 0.01, 4)
                 alts.append((" " + w, prev))
         out.append((lp, alts))
+    return out
+
+
+def piece_id(piece: str) -> int:
+    """A stable pseudo token id for a piece (the simulator has no vocabulary of ids)."""
+    return zlib.crc32(piece.encode()) % 32000
+
+
+def prompt_logprobs(rng: random.Random, pieces: list[str], top: int) -> list[dict[str, Any] | None]:
+    """vLLM's `prompt_logprobs`: None for the first prompt token, then per token a dict keyed by token id
+    of {logprob, rank, decoded_token}: the prompt's own token (at its rank) and the `top` most likely."""
+    out: list[dict[str, Any] | None] = [None]
+    for piece in pieces[1:]:
+        rank = 1 + int(rng.expovariate(0.2))
+        entry: dict[str, Any] = {}
+        lp = 0.0
+        for r in range(1, top + 1):
+            lp = round(lp - rng.expovariate(1.0) - 0.01, 4)
+            alt = piece if r == rank else " " + rng.choice(VOCAB)
+            entry.setdefault(str(piece_id(alt)), {"logprob": lp, "rank": r, "decoded_token": alt})
+        own = str(piece_id(piece))
+        if own not in entry:
+            entry[own] = {"logprob": round(lp - 1.0 - rank * 0.1, 4), "rank": rank, "decoded_token": piece}
+        out.append(entry)
     return out

@@ -137,9 +137,12 @@ def test_forced_tool_call(ctx: Context) -> None:
         ({"model": "small", "messages": []}, 400, "messages"),
         ({"model": "small", "messages": [{"role": "user", "content": "x"}], "max_tokens": 0}, 400,
          "max_tokens"),
-        ({"model": "small", "messages": [{"role": "user", "content": "x"}], "n": "2"}, 400, "n must"),
+        ({"model": "small", "messages": [{"role": "user", "content": "x"}], "n": "2.5"}, 400,
+         "valid integer"),
         ({"model": "small", "messages": [{"role": "user", "content": "x"}], "max_tokens": 9000}, 400,
-         "maximum context length is 8192"),
+         "max_tokens=9000 cannot be greater than max_model_len=8192"),
+        ({"model": "small", "messages": [{"role": "user", "content": "x " * 9000}]}, 400,
+         "maximum context length is 8192 tokens. However, your prompt contains at least 8193"),
     ],
 )  # fmt: skip
 def test_errors(ctx: Context, body: dict[str, Any], status: int, fragment: str) -> None:
