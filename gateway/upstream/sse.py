@@ -120,7 +120,7 @@ class SSESplitter:
 
     __slots__ = (
         "_buf", "strip_usage", "strip_continuous", "usage", "saw_done", "error", "events", "meta",
-        "pool", "rid", "max_event", "_cr",
+        "pool", "rid", "max_event",
     )  # fmt: skip
 
     def __init__(
@@ -145,9 +145,6 @@ class SSESplitter:
         self.pool = pool  # for the error message and the log line of a mid-stream error
         self.rid = rid
         self.max_event = max_event
-        # The last cut ended on a CR that may be the first half of a CRLF: an LF that follows is
-        # forwarded at once, not held as the start of the next event.
-        self._cr = False
 
     @property
     def produced(self) -> int:
@@ -178,27 +175,41 @@ class SSESplitter:
     def feed(self, data: bytes) -> tuple[bytes, bool]:
         """Complete events to forward now, and whether any of them carried generated output.
         Raises `EventTooLarge` when an unfinished event outgrows `max_event`."""
-        if self._buf or self._cr or not data.endswith(_SEP):
+        if self._buf or not data.endswith(_SEP):
             data = self._split(data)
             if not data:
                 return data, False
-        # The common case: whole LF-framed data events as vLLM writes them, read with a few scans.
-        # Anything else goes event by event. ([DONE] is looked for as the read's last event: it is
-        # the stream's last.)
-        n = data.count(_SEP)
+        # The common case: whole LF-framed events of one `data:` line each, as vLLM writes them. It
+        # is exactly when the read starts with `data:` and its every LF is one of the n blank-line
+        # pairs, each but the last followed by `data:` (one-byte counts are the cheap ones). It is
+        # read with a few scans; anything else event by event. ([DONE] is looked for as the read's
+        # last event: it is the stream's last.)
+        n = data.count(b"\n\ndata:") + 1
         if (
-            b"\r" in data
-            or data.endswith(b"[DONE]\n\n")
+            data.count(b"\n") != 2 * n
+            or not data.startswith(b"data:")
+            or b"\r" in data
             or b'"error"' in data
-            or data.count(b"\n\ndata:") + data.startswith(b"data:") != n
+            or data.endswith(b"[DONE]\n\n")
         ):
             return self._by_event(data)
-        body = data
-        at = _non_null_usage_at(body)
+        at = data.find(b'"usage"')
+        if at == -1:
+            self.events += n
+            return data, True
+        return self._usage(data, n, at)
+
+    def _usage(self, body: bytes, n: int, at: int) -> tuple[bytes, bool]:
+        """`feed`'s common case with a `"usage"` in it: read it, and cut or strip what must be. (Each
+        event is one `data:` line here: its JSON is what follows the colon.)"""
+        at = _non_null_usage_at(body, at)
         while at != -1:
             s, e = _event_bounds(body, at)
-            parsed = _event_json(body[s:e])
-            if parsed is not None and isinstance(parsed.get("usage"), dict):
+            try:
+                parsed = orjson.loads(body[s + 5 : e])
+            except orjson.JSONDecodeError:
+                parsed = None
+            if isinstance(parsed, dict) and isinstance(parsed.get("usage"), dict):
                 self.usage = parsed.pop("usage")
                 self.meta = parsed
                 if parsed.get("choices") == []:
@@ -217,25 +228,30 @@ class SSESplitter:
     def _split(self, data: bytes) -> bytes:
         """When events and reads do not line up, or the framing is not LF: the complete events in the
         held bytes and `data` (b"" if none); the rest is held, bounded by `max_event`."""
-        lead = b""
-        if self._cr:
-            self._cr = False
-            if data[:1] == b"\n" and not self._buf:
-                lead, data = b"\n", data[1:]  # the LF of a CRLF whose CR ended the last cut
         held = len(self._buf)
         buf = self._buf + data if held else data
-        if b"\r" in buf:
+        cut = buf.rfind(_SEP, held - 1 if held else 0)
+        if cut != -1:
+            cut += 2
+            rest = buf[cut:]
+            if rest and b"\r" in rest:  # a CR-framed event after the last LF one?
+                later = _last_boundary(buf, cut)
+                if later != -1:
+                    cut, rest = later, buf[later:]
+        elif b"\r" in buf:
             cut = _last_boundary(buf, max(0, held - 3))
-            self._cr = cut == len(buf) and buf[-1] == 0x0D
+            rest = buf[cut:] if cut != -1 else buf
+        elif buf == b"\n":
+            # A lone LF at an event boundary: the second half of a CRLF whose CR ended the last read
+            # (or a blank line), nothing either way. Forwarded, not held: a stream that ends on it
+            # would otherwise lose its last byte.
+            return buf
         else:
-            cut = buf.rfind(_SEP, max(0, held - 1))
-            if cut != -1:
-                cut += 2
-        rest = buf[cut:] if cut != -1 else buf
+            rest = buf
         if len(rest) > self.max_event:
             raise EventTooLarge(len(rest), self.max_event)
         self._buf = rest
-        return lead + buf[:cut] if cut != -1 else lead
+        return buf[:cut] if cut != -1 else b""
 
     def _by_event(self, body: bytes) -> tuple[bytes, bool]:
         """`feed` for any framing: each event read by the spec, forwarded as it came unless it is the
@@ -257,6 +273,7 @@ class SSESplitter:
             if piece is not None:
                 outputs += 1
                 out.append(piece)
+        out.append(body[start:])  # a lone LF (see `_split`); else b""
         self.events += outputs
         return b"".join(out), outputs > 0
 
