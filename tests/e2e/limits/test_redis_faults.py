@@ -93,6 +93,7 @@ class Fault:
     lease_s: float
     fault_s: float
     stream_tokens: int  # 20 ms each: the stream must outlast the fault and one renewal after it
+    reason: str  # what llmgw_ratelimit_backend_errors_total must name
     inject: Callable[[], None]
     heal: Callable[[], None]
 
@@ -223,7 +224,7 @@ async def run_fault(
     assert charged() >= result.usage["total_tokens"], (charged(), result.usage)
     assert not leaked, leaked
     assert fds_during <= fds_before + 5, (fds_before, fds_during)  # no socket per failed AUTH
-    assert sum(errors.values()) > 0
+    assert errors.get(f'op="admit",reason="{fault.reason}"', 0) > 0, errors
 
 
 MODES = ["fail_open", "fail_closed"]
@@ -237,7 +238,7 @@ async def test_out_of_memory(tmp_path: Path, redis_server: RedisServer, sims: Si
         admin.config_set("maxmemory-policy", "noeviction")
         admin.config_set("maxmemory", 1)
 
-    fault = Fault("maxmemory", mode, 15, 6, 1000, inject, lambda: admin.config_set("maxmemory", 0))
+    fault = Fault("maxmemory", mode, 15, 6, 1000, "oom", inject, lambda: admin.config_set("maxmemory", 0))
     await run_fault(tmp_path, redis_server, sims, fault)
 
 
@@ -254,7 +255,9 @@ async def test_rotated_password(
         admin.config_set("requirepass", "rotated")
         admin.client_kill_filter(_type="normal", skipme=True)
 
-    fault = Fault("password", mode, 15, 6, 1000, inject, lambda: admin.config_set("requirepass", PASSWORD))
+    fault = Fault(
+        "password", mode, 15, 6, 1000, "auth", inject, lambda: admin.config_set("requirepass", PASSWORD)
+    )
     await run_fault(tmp_path, redis_server, sims, fault, url_auth=PASSWORD)
 
 
@@ -269,6 +272,7 @@ async def test_sigstop_20s(tmp_path: Path, redis_server: RedisServer, sims: SimF
         45,
         20,
         2500,
+        "timeout",
         lambda: os.kill(pid, signal.SIGSTOP),
         lambda: os.kill(pid, signal.SIGCONT),
     )
@@ -288,5 +292,5 @@ async def test_restart(tmp_path: Path, redis_server: RedisServer, sims: SimFacto
         redis_server.proc.wait()
         redis_server.proc = None
 
-    fault = Fault("restart", "fail_closed", 15, 4, 1000, inject, redis_server.start)
+    fault = Fault("restart", "fail_closed", 15, 4, 1000, "connection", inject, redis_server.start)
     await run_fault(tmp_path, redis_server, sims, fault)
