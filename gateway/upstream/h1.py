@@ -15,7 +15,7 @@ Behaviour the relay relies on:
   the response: the request is sent again once on a new connection (nothing was processed).
 - Failures are `H1Error` subclasses: `ConnectFailed` (could not connect), `Disconnected` (the
   connection ended before the response was complete), `BadResponse` (unparseable); timeouts are
-  `TimeoutError`. `gateway.upstream.pool_client.classify` maps them like aiohttp's.
+  `TimeoutError`. `gateway.upstream.failures.classify` maps them like aiohttp's.
 - `total_s` bounds the whole exchange: when it expires the connection is closed and any read raises
   `TimeoutError`.
 - The request says `accept-encoding: identity`; a reply in any other content-encoding is a

@@ -8,11 +8,11 @@ meter tokens), the end (`[DONE]`) and error events (to normalize them). The usag
 Framing is the WHATWG one: a line ends with CRLF, LF or CR; a blank line ends an event; a line is
 a field (`data:`, `event:`, `id:`, `retry:`, with or without a space after the colon) or a comment
 (`: keep-alive`); an event's data is its `data` lines joined by LF. Two paths read it:
-- the common one, what vLLM sends (LF only, every event a `data:` event, no `[DONE]` other than
-  `data: [DONE]` at the end, no error): a couple of `bytes.find`/`count` calls per upstream read;
-  JSON is parsed only for the usage events;
-- everything else (CR or CRLF endings, comments, other fields, multi-line data, error events):
-  event by event, by the spec. Its bytes are still relayed as they came.
+- the common one, what vLLM sends (whole LF-framed events of one `data:` line each, no error, not
+  the stream's last read): a few `bytes.count`/`find` calls per upstream read; JSON is parsed only
+  for the usage events;
+- everything else (CR or CRLF endings, comments, other fields, multi-line data, error events, the
+  `[DONE]` read): event by event, by the spec. Its bytes are still relayed as they came.
 Only data events count as output (comments and keep-alives are no tokens, and do not end the wait
 for the first one). An event may not grow past `MAX_EVENT_BYTES` unfinished: the buffer is bounded,
 the stream fails with an `EventTooLarge` (a `BadResponse`: the upstream's fault).
