@@ -10,7 +10,8 @@ so one process backs many pools:
   usage, and `data:[DONE]` without the space (unary requests get a plain answer);
 - `keepalive`: a stream that sends only `: keep-alive` comments (no token ever);
 - `midstream`: one token, then an error event holding the secrets, then [DONE] (as vLLM does);
-- `gzip`: a gzip-compressed answer.
+- `gzip`: a gzip-compressed answer;
+- `endless`: one token, then an event that never ends (2 MiB of data with no blank line).
 """
 
 from __future__ import annotations
@@ -102,6 +103,9 @@ async def _handle(request: web.Request) -> web.StreamResponse:
         error = orjson.dumps({"error": {"message": LEAK, "type": "InternalServerError", "code": 500}})
         pieces = [b"data: " + _chunk("a") + b"\n\n", b"data: " + error + b"\n\n", b"data: [DONE]\n\n"]
         return await _stream(request, pieces)  # as vLLM ends a stream that failed
+    if mode == "endless":
+        endless = [b"data: " + _chunk("a") + b"\n\n", b'data: {"x":"'] + [b"y" * 65536] * 32
+        return await _stream(request, endless)
     return web.Response(status=418)
 
 
@@ -126,7 +130,7 @@ def hostile_pool(port: int) -> Iterator[str]:
         stop(proc)
 
 
-MODES = ("leak500", "leak400", "leak422", "busy", "down", "crlf", "keepalive", "midstream", "gzip")
+MODES = ("leak500", "leak400", "leak422", "busy", "down", "crlf", "keepalive", "midstream", "gzip", "endless")
 
 
 @contextmanager

@@ -61,3 +61,13 @@ def test_a_compressed_answer_is_a_clear_upstream_error(gateway: str) -> None:
     resp = httpx.post(f"{gateway}/v1/chat/completions", json=body, timeout=20)
     assert resp.status_code == 502, resp.text
     assert resp.json()["error"]["message"] == "pool 'gzip' sent a compressed response"
+
+
+def test_an_event_that_never_ends_is_cut_at_the_bound(gateway: str) -> None:
+    resp = _stream(gateway, "endless")
+    assert resp.status_code == 200
+    events = [e for e in resp.text.split("\n\n") if e]
+    assert '"content":"a"' in events[0]
+    assert events[-1] == "data: [DONE]"
+    assert "pool 'endless' sent a stream event larger than 1024 KiB" in events[-2]
+    assert len(resp.content) < 64 << 10  # none of the oversized event was relayed
