@@ -6,8 +6,8 @@ For each corpus (English prose: the design notes; code: the gateway's Python sou
 passage; digit-heavy: tables of numbers) and each tokenizer available offline (the simulator's;
 MiniLM's WordPiece, shipped in router/assets; the byte-level BPE of the tiny model the real-vLLM
 tests build, when it has been built), a fresh pool estimate (`gateway.budget.estimate.PoolEstimate`,
-what one gateway process keeps per pool) is taught the prompt tokens of 300 chat prompts of 64 B
-to 16 KB (log-uniform), as the pool would report them, then measured on 100 other prompts of 64 B
+what one gateway process keeps per pool) is taught the prompt tokens of 400 chat prompts of 64 B
+to 64 KB (log-uniform), as the pool would report them, then measured on 100 other prompts of 64 B
 to 32 KB and a 50 KB prompt. The table gives, for the 50 KB prompt, its bytes, real tokens, the
 reservation before calibration (one token per byte) and after, its ratio reserved/real (the
 target: 1 to 1.5), the lowest ratio over all held-out prompts (below 1: an under-reservation) and
@@ -36,7 +36,7 @@ from gateway.edge.exchange import Kind
 from gateway.relay.normalize import input_size
 
 ROOT = Path(__file__).resolve().parents[2]
-TRAIN, TEST = 300, 100
+TRAIN, TEST = 400, 100
 LONG = 4096  # the ratio's upper end is reported for held-out prompts from this size on
 PROBE_BYTES = 50_000
 
@@ -206,7 +206,7 @@ def run(seed: int) -> tuple[list[Row], list[Row]]:
             rng = random.Random(f"{seed}:{corpus}:{tok_name}")
             est = PoolEstimate(1.0)
             for _ in range(TRAIN):
-                body = _chat(_slice(rng, text, _size(rng, 64, 16384)))
+                body = _chat(_slice(rng, text, _size(rng, 64, 65536)))
                 rendered, _ = render_chat(body["messages"], None)
                 size, tokens = input_size(Kind.CHAT, body), count(rendered)
                 est.observe(size, tokens)
@@ -228,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     own, mixed = run(args.seed)
     print(
-        f"Input estimate per pool, taught {TRAIN} prompts of that corpus (64 B - 16 KB): the 50 KB "
+        f"Input estimate per pool, taught {TRAIN} prompts of that corpus (64 B - 64 KB): the 50 KB "
         f"prompt, and the ratio reserved/real over {TEST + 1} held-out prompts (64 B - 32 KB, the 50 KB one)"
     )
     print(_table(own))

@@ -69,12 +69,17 @@ class _Band:
         self.half = 0  # samples in the current half-window
         self.rate = self.prev_rate = 0.0
 
-    def observe(self, rate: float) -> None:
-        self.rate = max(self.rate, rate)
+    def observe(self, rate: float) -> bool:
+        """Count a sample; True when the band's sliding max may have changed (rates to recompute)."""
+        changed = rate > self.rate
+        if changed:
+            self.rate = rate
         self.samples += 1
         self.half += 1
         if self.half >= WINDOW:
             self.prev_rate, self.rate, self.half = self.rate, 0.0, 0
+            changed = True
+        return changed and self.samples >= MIN_SAMPLES or self.samples == MIN_SAMPLES
 
 
 class _Rate:
@@ -97,8 +102,8 @@ class _Rate:
         """`tokens`: the reported prompt tokens minus the fixed part of the estimate."""
         band = _band(text_bytes)
         if band >= 0:
-            self.bands[band].observe(min(1.0, tokens / text_bytes))
-            self._recompute()
+            if self.bands[band].observe(min(1.0, tokens / text_bytes)):
+                self._recompute()  # rarely: most samples are under the window's max
         per_byte = self.per_byte[max(0, band)]
         if per_byte != self.configured:  # a rate is known: what the template adds beyond it
             short = tokens - int(text_bytes * per_byte)
