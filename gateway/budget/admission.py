@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from time import monotonic, perf_counter
 from typing import Any
 
+from gateway.budget.early import EarlyRefusals
+from gateway.budget.headers import rate_limit_headers
 from gateway.errors import RateLimitError, RequestOverLimitError, UpstreamUnavailableError
 from gateway.observability.metrics import Metrics
 from ratelimit.errors import BackendUnavailable, EveryMinute
@@ -41,14 +43,13 @@ from ratelimit.model import (
     OnBackendError,
     Reservation,
     Rule,
-    RuleState,
     Tenant,
     ceilings,
     over_limit,
 )
 from ratelimit.rules import request_cost, resolve_rules, usage_cost
 
-_TOKEN_DIMS = frozenset((Dimension.TOKENS, Dimension.INPUT_TOKENS, Dimension.OUTPUT_TOKENS))
+NO_POOL = "-"  # the pool of a request that reached none (an unknown model)
 _QUOTA_DIMS = frozenset((Dimension.TOKENS_DAY, Dimension.TOKENS_MONTH))
 log = logging.getLogger("llmgw.ratelimit")
 _DIM_TEXT = {
@@ -60,59 +61,6 @@ _DIM_TEXT = {
     Dimension.TOKENS_DAY: "tokens per day",
     Dimension.TOKENS_MONTH: "tokens per month",
 }
-
-
-def go_duration(seconds: float) -> str:
-    """OpenAI's reset format: Go-style durations (`12ms`, `1s`, `6m0s`, `2m59.56s`), to 10 ms from 1 s.
-
-    Integer arithmetic on hundredths instead of float formatting (`:g`): this runs twice per request."""
-    if seconds < 1:
-        return f"{max(0, round(seconds * 1000))}ms"
-    cs = round(seconds * 100)
-    if cs < 6000:
-        return _seconds(cs)
-    minutes, cs = divmod(cs, 6000)
-    if minutes < 60:
-        return f"{minutes}m{_seconds(cs)}"
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes}m{_seconds(cs)}"
-
-
-def _seconds(cs: int) -> str:
-    """Hundredths of a second as Go prints seconds: `6s`, `6.5s`, `6.05s`."""
-    whole, frac = divmod(cs, 100)
-    if frac == 0:
-        return f"{whole}s"
-    if frac % 10 == 0:
-        return f"{whole}.{frac // 10}s"
-    return f"{whole}.{frac:02d}s"
-
-
-def _headers(suffix: bytes, s: RuleState) -> list[tuple[bytes, bytes]]:
-    return [
-        (b"x-ratelimit-limit-" + suffix, str(s.rule.limit).encode()),
-        (b"x-ratelimit-remaining-" + suffix, str(max(0, s.remaining)).encode()),
-        (b"x-ratelimit-reset-" + suffix, go_duration(s.reset_s).encode()),
-    ]
-
-
-def rate_limit_headers(states: tuple[RuleState, ...]) -> list[tuple[bytes, bytes]]:
-    """OpenAI's `x-ratelimit-*` headers for the tightest enforced request rule and token rule."""
-    req: RuleState | None = None
-    tok: RuleState | None = None
-    for s in states:
-        rule = s.rule
-        if rule.shadow:
-            continue
-        if rule.dimension == Dimension.REQUESTS:
-            if req is None or s.remaining < req.remaining:
-                req = s
-        elif rule.dimension in _TOKEN_DIMS and (tok is None or s.remaining < tok.remaining):
-            tok = s
-    out = _headers(b"requests", req) if req is not None else []
-    if tok is not None:
-        out += _headers(b"tokens", tok)
-    return out
 
 
 def _describe(rule: Rule) -> str:
@@ -178,6 +126,7 @@ class Admissions:
         self._spec_admitted = metrics.limit_speculation.labels("admitted")
         self._spec_refused = metrics.limit_speculation.labels("refused")
         self._active: dict[str, Reservation] = {}
+        self._early = EarlyRefusals()
 
     @property
     def stream_chunk_tokens(self) -> int:
@@ -232,10 +181,26 @@ class Admissions:
             self._remember_headroom(tenant.key_id, decision)
         headers = rate_limit_headers(decision.states)
         if not decision.allowed or decision.reservation is None:
+            self._early.remember(tenant.key_id, decision)
             raise self._refusal(decision, headers, cost)
         self._active[request_id] = decision.reservation
         self._reserved.inc(input_estimate + output)
         return Ticket(decision.reservation, input_estimate, output, output_granted, headers)
+
+    def refused_early(self, tenant: Tenant) -> RateLimitError | None:
+        """The refusal the key's request is sure to get (its request rate), known without the limiter."""
+        err = self._early.refusal(tenant.key_id)
+        if err is not None:
+            self._metrics.limit_decisions.labels("all", "requests", "refused_early").inc()
+        return err
+
+    async def charge_request(self, request_id: str, tenant: Tenant) -> None:
+        """One request and nothing else against the key's limits (a 404 still counts); raises a refusal."""
+        try:
+            ticket = await self.admit(request_id, tenant, NO_POOL, 0, 0, False)
+        except UpstreamUnavailableError:
+            return  # fail_closed with the limiter down: the 404 says more than a 503 would
+        self.settle(ticket, 0, 0)
 
     def may_speculate(self, tenant: Tenant, running: int) -> bool:
         """True when the key's last admission here, at most `memory_s` ago, left every rule at least

@@ -36,7 +36,13 @@ from gateway.edge.exchange import (
     Send,
     send_error,
 )
-from gateway.errors import AuthenticationError, GatewayError, InvalidRequestError, PermissionDeniedError
+from gateway.errors import (
+    AuthenticationError,
+    GatewayError,
+    InvalidRequestError,
+    ModelNotFoundError,
+    PermissionDeniedError,
+)
 from gateway.observability.metrics import Metrics
 from gateway.observability.observer import Observer
 from gateway.relay._admit import Admit
@@ -94,6 +100,7 @@ class Relay:
         trace = self._trace = self.observer.tracing
         self._routes = Routes(parts.policy, parts.pools, metrics, parts.routed)
         calls = PoolCalls(parts.session, metrics, trace, parts.h1)
+        self._admissions = parts.admissions
         self._admit = Admit(parts.admissions, parts.ids, parts.policy.limits.input_bytes_per_token, trace)
         self._unary = UnaryCall(calls, self._admit, metrics)
         self._stream = StreamCall(calls, self._admit, parts.admissions, metrics)
@@ -126,6 +133,9 @@ class Relay:
     async def _serve(self, ctx: RequestContext, receive: Receive, send: Send) -> None:
         """The stages, in order; each raises a GatewayError to refuse the request."""
         principal = await self._authenticate(ctx)  # the key, from the headers: before the body is read
+        refused = self._admissions.refused_early(principal.tenant)  # its request rate, from memory
+        if refused is not None:
+            raise refused
         raw = await read_body(ctx.headers.content_length, receive, self._max_body, self._max_depth)
         body = ctx.body = parse_body(raw)
         ctx.alias = alias_of(body)
@@ -136,7 +146,12 @@ class Relay:
                 return
         else:
             ctx.cache = BYPASS
-        route = await self._route(ctx, pools)
+        try:
+            route = await self._route(ctx, pools)
+        except ModelNotFoundError:
+            # Probing model names still spends the key's request rate (a refusal answers instead).
+            await self._admissions.charge_request(self._ids.new().decode(), principal.tenant)
+            raise
         self._normalize(ctx, route)
         await self._admit(ctx, route, self._running)
         ctx.watch(receive)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.budget.admission import go_duration, rate_limit_headers
+from gateway.budget.headers import go_duration, rate_limit_headers
 from ratelimit.model import Dimension, Level, Rule, RuleState
 
 
