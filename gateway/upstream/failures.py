@@ -112,9 +112,11 @@ def from_upstream(
     """The caller's error for a non-2xx pool response. The pool's text is logged, not relayed."""
     message, param, code = _upstream_fields(body)
     text = message if message is not None else body[:LOG_TEXT_MAX].decode("utf-8", "replace")
-    log.warning("pool %r answered HTTP %d (request %s): %s", pool, status, rid, text[:LOG_TEXT_MAX])
-    wait = clamp_retry_after(retry_after)
     cls = _PASS_THROUGH_4XX.get(status)
+    # The caller's own mistakes (and a busy pool) are routine: info; the rest is the pool's trouble.
+    level = logging.INFO if cls is not None else logging.WARNING
+    log.log(level, "pool %r answered HTTP %d (request %s): %s", pool, status, rid, text[:LOG_TEXT_MAX])
+    wait = clamp_retry_after(retry_after)
     if cls is not None:
         # The caller's request was at fault (context too long, bad parameter): say so in their terms.
         reason = f"pool '{pool}' rejected the request (HTTP {status})"

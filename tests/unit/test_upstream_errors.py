@@ -4,6 +4,7 @@ in the gateway's words, never the pool's own text; that text goes to the log wit
 from __future__ import annotations
 
 import errno
+import logging
 from email.utils import formatdate
 
 import orjson
@@ -53,6 +54,7 @@ def test_a_pool_refusal_tells_name_status_and_a_generic_reason(
     message: str,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
+    caplog.set_level(logging.INFO, "llmgw.upstream")
     err = from_upstream(status, body, "small", rid="req-1")
     assert err.status == want_status
     assert err.code == want_code
