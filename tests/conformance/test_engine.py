@@ -1,0 +1,252 @@
+"""What the engine does behind the API, read from its /metrics: disconnects, the prefix cache, the metric
+names the gateway's scraper, dashboards and alerts use, replica picking over two replicas, and budget
+settlement against the engine's own token counts."""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+
+from pools.vllm_metrics import parse_load
+from tests.conformance.conftest import BLOCK, Backend
+from tests.support.procs import ROOT
+from tests.support.prom import metric
+
+pytestmark = pytest.mark.conformance
+
+RUNNING = "vllm:num_requests_running"
+LONG_N = 16
+GENERATED = "vllm:generation_tokens_total"
+ABORTS = ("vllm:request_success_total", 'finished_reason="abort"')
+CHART = ROOT / "helm" / "llm-gateway" / "files"
+
+
+def _wait(pred: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
+SNIPPET = "def value(self, key):\n    return self.items[key]\n"  # ~16 tokens of the tiny model's BPE
+
+
+def _long_prompt(repeats: int) -> str:
+    # A fresh nonce first: no earlier test can have cached these blocks.
+    return f"{uuid.uuid4().hex}\n" + SNIPPET * repeats
+
+
+@pytest.mark.parametrize("via", ["direct", "gateway"])
+def test_client_disconnect_stops_generation(backend: Backend, via: str) -> None:
+    """vLLM 0.32: the request leaves the batch and generation stops; the abort counter does not move."""
+    base = backend.replicas[0] if via == "direct" else backend.gateway
+    headers = {"authorization": f"Bearer {backend.api_key}"} if via == "gateway" else {}
+    before_gen = metric(backend.metrics(), GENERATED)
+    before_aborts = metric(backend.metrics(), *ABORTS)
+    # 16 x 1,000 tokens: several seconds even for the real engine, so a finish cannot pass for a stop
+    body = {"model": "tiny", "prompt": "tell a long story", "max_tokens": 1000, "n": LONG_N}
+    body |= {"ignore_eos": True, "stream": True}
+    with (
+        httpx.Client(timeout=60) as http,
+        http.stream("POST", f"{base}/v1/completions", json=body, headers=headers) as resp,
+    ):
+        assert resp.status_code == 200
+        lines = resp.iter_lines()
+        data = 0
+        while data < 5:
+            data += next(lines).startswith("data: ")
+        assert metric(backend.metrics(), RUNNING) == LONG_N  # one running request per choice
+    _wait(lambda: metric(backend.metrics(), RUNNING) == 0, 5, "still running 5 s after the disconnect")
+    stopped_at = metric(backend.metrics(), GENERATED)
+    time.sleep(0.5)
+    assert metric(backend.metrics(), GENERATED) == stopped_at  # nothing generates any more
+    assert 5 <= stopped_at - before_gen < LONG_N * 1000 / 2
+    assert metric(backend.metrics(), *ABORTS) == before_aborts
+
+
+def test_prefix_cache_counts_whole_blocks(backend: Backend) -> None:
+    """The same long prompt twice: the second reuses every full 128-token block but the one holding the
+    last prompt token; hits are counted in whole blocks (vLLM 0.32 on CPU measured +768 of 867)."""
+    for replica in (0, 1):
+        client = backend.direct(replica)
+        prompt = _long_prompt(40)
+        before = backend.metrics(replica)
+        usages = []
+        for _ in range(2):
+            comp = client.completions.create(model="tiny", prompt=prompt, max_tokens=2)
+            assert comp.usage is not None
+            usages.append(comp.usage)
+        after = backend.metrics(replica)
+        n = usages[0].prompt_tokens
+        assert 300 < n < 1000
+        expected_hits = (n - 1) // BLOCK * BLOCK
+
+        def delta(name: str, text0: str = before, text1: str = after) -> float:
+            return metric(text1, name) - metric(text0, name)
+
+        assert delta("vllm:prefix_cache_queries_total") == 2 * n
+        assert delta("vllm:prefix_cache_hits_total") == expected_hits
+        assert delta("vllm:prompt_tokens_cached_total") == expected_hits
+        assert delta("vllm:prompt_tokens_total") == 2 * n
+        assert [u.completion_tokens_details for u in usages] == [None, None]
+        details = [u.prompt_tokens_details for u in usages]
+        if replica == 0:  # default flags: no details at all
+            assert details == [None, None]
+        else:  # --enable-prompt-tokens-details
+            assert [d.cached_tokens if d else None for d in details] == [0, expected_hits]
+
+
+def test_stream_usage_carries_cached_tokens_only_with_the_flag(backend: Backend) -> None:
+    prompt = _long_prompt(25)
+    for replica, flag in ((0, False), (1, True)):
+        client = backend.direct(replica)
+        client.completions.create(model="tiny", prompt=prompt, max_tokens=1)
+        chunks = list(
+            client.completions.create(
+                model="tiny", prompt=prompt, max_tokens=2, stream=True, stream_options={"include_usage": True}
+            )
+        )
+        usage = chunks[-1].usage
+        assert usage is not None
+        if flag:
+            assert usage.prompt_tokens_details is not None
+            assert usage.prompt_tokens_details.cached_tokens == (usage.prompt_tokens - 1) // BLOCK * BLOCK
+        else:
+            assert usage.prompt_tokens_details is None
+
+
+def _names_in_chart() -> set[str]:
+    names: set[str] = set()
+    files = [*(CHART / "dashboards").glob("*.json"), *(CHART / "alerts").glob("*.yaml")]
+    assert len(files) >= 3, files
+    for path in files:
+        names.update(re.findall(r"vllm:[A-Za-z0-9_:]+", path.read_text()))
+    assert names, "no vllm: metric in the chart's dashboards and alerts"
+    return names
+
+
+def _families(text: str) -> set[str]:
+    """Sample names on the page and their families (a histogram's _bucket/_sum/_count, a counter's _total)."""
+    out: set[str] = set()
+    for line in text.splitlines():
+        if line.startswith("vllm:"):
+            name = re.split(r"[{ ]", line, maxsplit=1)[0]
+            out.add(name)
+            for suffix in ("_bucket", "_sum", "_count", "_total"):
+                if name.endswith(suffix):
+                    out.add(name.removesuffix(suffix))
+    return out
+
+
+def test_every_vllm_metric_the_chart_and_scraper_use_exists(backend: Backend) -> None:
+    backend.direct().completions.create(model="tiny", prompt="warm up the histograms", max_tokens=3)
+    text = backend.metrics()
+    exported = _families(text)
+    missing = sorted(n for n in _names_in_chart() if n not in exported)
+    assert not missing, (
+        f"the chart's dashboards/alerts name metrics {backend.kind} does not export: {missing}"
+    )
+    load = parse_load(text, time.time())  # the pools' scraper reads the primary (0.32) names
+    assert load is not None
+    for name in (
+        "vllm:num_requests_running",
+        "vllm:num_requests_waiting",
+        "vllm:kv_cache_usage_perc",
+        "vllm:prefix_cache_queries_total",
+        "vllm:prefix_cache_hits_total",
+    ):
+        assert name in exported, name
+    assert "vllm:gpu_cache_usage_perc" not in exported  # gone in 0.32: the scraper must not need it
+    for reason in ("stop", "length", "abort", "error", "repetition"):  # every reason exported from start
+        assert f'finished_reason="{reason}"' in text, reason
+
+
+def _served(backend: Backend) -> list[float]:
+    return [metric(backend.metrics(i), "vllm:request_success_total") for i in (0, 1)]
+
+
+def test_least_load_avoids_the_busy_replica(backend: Backend) -> None:
+    """A long stream through the least_load pool occupies one replica; the next requests all go to the
+    other one (with two replicas both are compared: the busier never wins)."""
+    body = {"model": "tiny-ll", "prompt": "a long answer", "max_tokens": 1000, "n": LONG_N}
+    body |= {"ignore_eos": True, "stream": True}
+    headers = {"authorization": f"Bearer {backend.api_key}"}
+    client = backend.through_gateway()
+    with (
+        httpx.Client(timeout=60) as http,
+        http.stream("POST", f"{backend.gateway}/v1/completions", json=body, headers=headers) as resp,
+    ):
+        lines = resp.iter_lines()
+        while not next(lines).startswith("data: "):
+            pass
+        _wait(lambda: sum(metric(backend.metrics(i), RUNNING) for i in (0, 1)) == LONG_N, 5, "not running")
+        busy = [metric(backend.metrics(i), RUNNING) for i in (0, 1)]
+        idle = busy.index(0)
+        before = _served(backend)
+        for i in range(6):
+            client.completions.create(model="tiny-ll", prompt=f"short {i}", max_tokens=2)
+        # vLLM records a request's metrics a moment after its response may have reached the client
+        _wait(lambda: _served(backend)[idle] - before[idle] >= 6, 5, "six requests not counted")
+        after = _served(backend)
+        assert [metric(backend.metrics(i), RUNNING) for i in (0, 1)] == busy  # the long one still runs
+    served = [a - b for a, b in zip(after, before, strict=True)]
+    assert served[idle] == 6 and served[1 - idle] == 0
+
+
+def test_prefix_affinity_keeps_a_shared_prompt_on_one_replica(backend: Backend) -> None:
+    system = _long_prompt(47)  # > 2,048 characters: the affinity key (prefix_chars) is the system prompt
+    client = backend.through_gateway()
+    # Nothing left running from earlier tests, and the gateway's scrapes (every 0.2 s) have seen it.
+    _wait(lambda: all(metric(backend.metrics(i), RUNNING) == 0 for i in (0, 1)), 10, "replicas busy")
+    time.sleep(0.6)
+    before = _served(backend)
+    hits0 = [metric(backend.metrics(i), "vllm:prefix_cache_hits_total") for i in (0, 1)]
+    for i in range(4):
+        client.chat.completions.create(
+            model="tiny-pa",
+            messages=[{"role": "system", "content": system}, {"role": "user", "content": f"question {i}"}],
+            max_tokens=2,
+        )
+    served = [a - b for a, b in zip(_served(backend), before, strict=True)]
+    assert sorted(served) == [0, 4]
+    chosen = served.index(4)
+    hits = metric(backend.metrics(chosen), "vllm:prefix_cache_hits_total") - hits0[chosen]
+    assert hits >= 3 * 3 * BLOCK  # each later request reused at least three full blocks of the system prompt
+
+
+def test_budget_settlement_equals_the_engines_token_counts(backend: Backend) -> None:
+    """Every request through the gateway is settled to exactly what the engine counted (prompt + generated
+    tokens on its /metrics), for unary answers and for streams with and without usage asked for."""
+    client = backend.through_gateway()
+
+    def engine_tokens() -> float:
+        text = backend.metrics()
+        return metric(text, "vllm:prompt_tokens_total") + metric(text, GENERATED)
+
+    def settled() -> float:
+        text = httpx.get(f"{backend.gateway}/metrics", timeout=10).text
+        return metric(text, "llmgw_ratelimit_tokens_total", 'phase="settled"')
+
+    engine0, settled0 = engine_tokens(), settled()
+    reported = 0
+    chat = client.chat.completions.create(
+        model="tiny", messages=[{"role": "user", "content": "settle me"}], max_tokens=7
+    )
+    assert chat.usage is not None
+    reported += chat.usage.total_tokens
+    stream_kwargs: list[dict[str, Any]] = [{"stream_options": {"include_usage": True}}, {}]
+    for extra in stream_kwargs:
+        for chunk in client.completions.create(
+            model="tiny", prompt="count these", max_tokens=5, stream=True, **extra
+        ):
+            if chunk.usage is not None:
+                reported += chunk.usage.total_tokens
+    _wait(lambda: settled() - settled0 == engine_tokens() - engine0, 5, "settlement differs from the engine")
+    used = engine_tokens() - engine0
+    assert used > reported > 0  # the stream without usage was settled too, from the engine's own count
