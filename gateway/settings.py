@@ -60,7 +60,10 @@ class Settings(BaseSettings):
     )
     body_timeout_s: float = Field(60.0, gt=0, description="a request body must arrive within this (else 408)")
     body_min_rate: int = Field(
-        1024, ge=0, description="bytes/s a request body must average after its first second (else 408)"
+        1024, ge=0, description="bytes/s a request body must average once body_grace_s passed (else 408)"
+    )
+    body_grace_s: float = Field(
+        5.0, gt=0, description="how long a request body may take before body_min_rate applies"
     )
     write_stall_s: float = Field(
         30.0,

@@ -9,7 +9,9 @@ request that arrives whole (the common case, one `data_received`):
 - header block: at most `max_header_bytes` (URL included) and `max_headers` lines -> 431;
 - the request line and headers must arrive within `header_timeout_s` of the connection or of the
   request's first byte; a body within `body_timeout_s` and at `body_min_rate` bytes/s on average
-  after the first `tick_s` -> 408 (the relay sees a client that left: nothing reserved is lost);
+  after `body_grace_s` -> 408 (the relay sees a client that left: nothing reserved is lost). Time
+  during which the server itself stopped reading (uvicorn pauses a body the app has not consumed)
+  does not count against the client;
 - a response the client stops reading for `write_stall_s` -> the connection is aborted, which the
   relay sees as a client that left (the pool call is cancelled, the reservation settled). The
   socket's send buffer is capped at `send_buffer_bytes`: left to autotuning it grows to megabytes
@@ -49,7 +51,8 @@ class EdgeLimits:
     max_headers: int = 100
     header_timeout_s: float = 10.0
     body_timeout_s: float = 60.0
-    body_min_rate: int = 1024  # bytes/s, averaged over the body so far
+    body_min_rate: int = 1024  # bytes/s, averaged over the body so far, once `body_grace_s` passed
+    body_grace_s: float = 5.0
     write_stall_s: float = 30.0
     max_connections: int = 4096
     send_buffer_bytes: int = 128 * 1024
@@ -198,6 +201,11 @@ class _Guarded(HttpToolsProtocol):
         if self.transport.is_closing() or self._phase == _IDLE:
             return
         lim = self.limits
+        if self._phase == _BODY and self.flow.read_paused:
+            # The app has not taken what arrived (uvicorn stopped reading): not the client's delay.
+            self._began += lim.tick_s
+            self._arm()
+            return
         elapsed = self.loop.time() - self._began
         if self._phase == _HEAD and elapsed > lim.header_timeout_s:
             self._answer(
@@ -205,12 +213,12 @@ class _Guarded(HttpToolsProtocol):
             )
         elif self._phase == _BODY and (
             elapsed > lim.body_timeout_s
-            or (elapsed >= lim.tick_s and self._body_bytes < lim.body_min_rate * elapsed)
+            or (elapsed >= lim.body_grace_s and self._body_bytes < lim.body_min_rate * elapsed)
         ):
             self._answer(
                 RequestTimeoutError(
                     f"request body not received in time (within {lim.body_timeout_s:g}s, "
-                    f"at {lim.body_min_rate} bytes/s or faster)"
+                    f"at {lim.body_min_rate} bytes/s or faster after {lim.body_grace_s:g}s)"
                 )
             )
         else:

@@ -37,6 +37,7 @@ _EDGE = (
     "header_timeout_s",
     "body_timeout_s",
     "body_min_rate",
+    "body_grace_s",
     "write_stall_s",
     "max_connections",
     "send_buffer_bytes",

@@ -109,7 +109,7 @@ class StreamCall:
                 verdict = "ok"
         except UPSTREAM_FAILURES as exc:
             verdict = "fail"
-            tail = error_event(self._calls.failed(route.pool, exc).body())
+            tail = error_event(self._calls.failed(route.pool, exc, ctx.rid.decode()).body())
         except asyncio.CancelledError:
             if not ctx.client_gone:
                 # Shutdown after the drain period: end the stream the way the client understands.
