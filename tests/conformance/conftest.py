@@ -169,6 +169,9 @@ def backend(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
                 es.enter_context(running(args, f"{url}/health", log=tmp / f"sim-{i}.log"))
         else:
             assert vllm_pair is not None
+            # Stopped with this backend (after its gateway), not at the end of a `pytest tests` session:
+            # the rest of the test run should not share the machine with two idle engines.
+            es.callback(vllm_pair.stop)
             replicas = vllm_pair.urls()
         gw_port = free_port()
         policy = _policy(tmp / "policy.yaml", replicas, hash_key(api_key))

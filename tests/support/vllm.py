@@ -70,6 +70,7 @@ class VllmServer:
     scratch: Path  # TMPDIR and VLLM_CACHE_ROOT of this server
     log: Path
     started_s: float = 0.0  # seconds from spawn to /health 200
+    stopped: bool = False
 
     @property
     def v1(self) -> str:
@@ -146,19 +147,22 @@ def wait_ready(server: VllmServer, timeout: float = READY_TIMEOUT_S) -> None:
 
 
 def stop(server: VllmServer) -> None:
-    """SIGTERM to the server's process group, SIGKILL after 20 s; then remove its scratch directory."""
+    """SIGTERM to the server's process group, SIGKILL after 20 s; then remove its scratch directory.
+
+    Idempotent. The group id is the API server's pid (it leads its own session), and Linux does not reuse
+    a pid while a process group of that id exists, so the engine core and worker are reached even after
+    the API server itself has exited."""
+    if server.stopped:
+        return
+    server.stopped = True
+    pgid = server.proc.pid
+    _signal_group(pgid, signal.SIGTERM)
     try:
-        pgid = os.getpgid(server.proc.pid)
-    except ProcessLookupError:
-        pgid = None
-    if pgid is not None:
-        _signal_group(pgid, signal.SIGTERM)
-        try:
-            server.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            _signal_group(pgid, signal.SIGKILL)
-            server.proc.wait()
-        _wait_group_gone(pgid)
+        server.proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        _signal_group(pgid, signal.SIGKILL)
+        server.proc.wait()
+    _wait_group_gone(pgid)
     shutil.rmtree(server.scratch, ignore_errors=True)
 
 
