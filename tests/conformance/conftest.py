@@ -137,12 +137,27 @@ class VllmPair:
             vllm.stop(server)
 
 
+_PAIR = pytest.StashKey[VllmPair]()
+_HERE = Path(__file__).parent
+
+
 @pytest.fixture(scope="session")
-def vllm_pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmPair]:
-    pair = VllmPair(tmp_path_factory.mktemp("vllm"))
+def vllm_pair(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[VllmPair]:
+    pair = request.session.stash[_PAIR] = VllmPair(tmp_path_factory.mktemp("vllm"))
     try:
         yield pair
     finally:
+        pair.stop()
+
+
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """Stop the real servers after the suite's last test: session-scoped fixtures live until the end
+    of a whole `pytest tests` run, and two idle engines (~5 GiB, some CPU) must not share the machine
+    with everything after this folder."""
+    if nextitem is not None and _HERE in nextitem.path.parents:
+        return
+    pair = item.session.stash.get(_PAIR, None)
+    if pair is not None:
         pair.stop()
 
 
