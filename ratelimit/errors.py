@@ -12,6 +12,8 @@ from collections.abc import Callable
 
 # What went wrong, as `BackendUnavailable.reason` and the `reason` label of
 # `llmgw_ratelimit_backend_errors_total`: a short, bounded vocabulary.
+# The limiter operations a failure is counted under (the `op` label).
+OPS = ("admit", "top_up", "settle", "renew", "load")
 REASONS = ("timeout", "connection", "oom", "auth", "noperm", "moved", "readonly", "busy", "script", "other")
 
 

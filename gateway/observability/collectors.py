@@ -13,6 +13,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from pools.pool import ReplicaPool
+from ratelimit.errors import OPS, REASONS
 from ratelimit.failover import FailoverStats
 
 
@@ -30,7 +31,9 @@ class FailoverCollector(Collector):
             "auth, noperm, moved, readonly, busy, script, other)",
             labels=["op", "reason"],
         )
-        for (op, reason), count in sorted(s.errors.items()):
+        # Every (op, reason) from 0, so alerts and dashboards see series before the first error.
+        counts = {(op, reason): 0 for op in OPS for reason in REASONS} | s.errors
+        for (op, reason), count in sorted(counts.items()):
             errors.add_metric([op, reason], count)
         yield errors
         for name, doc, value in (
