@@ -91,8 +91,9 @@ class _Guarded(HttpToolsProtocol):
         self._phase = _HEAD
         self._began = 0.0  # when the current phase began (loop time)
         self._pending = 0  # bytes received while the headers are incomplete
-        self._header_lines = 0
-        self._header_bytes = 0
+        # The phase changed since `_began` was stamped. Stamped lazily, at the next tick: a clock read
+        # per request and phase would cost every request, and only an incomplete one needs it.
+        self._stale = False
         self._body_bytes = 0
         self._timer: asyncio.TimerHandle | None = None
         self._stall: asyncio.TimerHandle | None = None
@@ -133,7 +134,10 @@ class _Guarded(HttpToolsProtocol):
         except httptools.HttpParserUpgrade:
             self._answer(InvalidRequestError("protocol upgrades are not supported", code="invalid_http"))
             return
-        if self._phase == _HEAD and self._pending > self.limits.max_header_bytes:
+        if self._phase == _HEAD and (
+            self._pending > self.limits.max_header_bytes
+            or (self.headers is not None and len(self.headers) > self.limits.max_headers)
+        ):
             self._answer(_too_large(self.limits))
         elif self._phase != _IDLE and self._timer is None:
             self._arm()
@@ -145,23 +149,18 @@ class _Guarded(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
-        self._phase, self._began = _HEAD, self.loop.time()
-        self._header_lines = self._header_bytes = self._body_bytes = 0
-
-    def on_url(self, url: bytes) -> None:
-        self._header_bytes += len(url)
-        super().on_url(url)
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        self._header_lines += 1
-        self._header_bytes += len(name) + len(value) + 4
-        if self._header_lines > self.limits.max_headers or self._header_bytes > self.limits.max_header_bytes:
-            raise _Refuse(_too_large(self.limits))
-        super().on_header(name, value)
+        self._phase, self._stale, self._body_bytes = _HEAD, True, 0
 
     def on_headers_complete(self) -> None:
-        self._phase, self._pending = _BODY, 0
-        self._began = self.loop.time()
+        # Counted here, once, not per header line: a callback per header costs every request.
+        lim = self.limits
+        if len(self.headers) > lim.max_headers or (
+            # What arrived so far may hold body bytes too: only then is the header block measured.
+            self._pending > lim.max_header_bytes
+            and len(self.url) + sum(len(k) + len(v) + 4 for k, v in self.headers) > lim.max_header_bytes
+        ):
+            raise _Refuse(_too_large(lim))
+        self._phase, self._pending, self._stale = _BODY, 0, True
         super().on_headers_complete()
 
     def on_body(self, body: bytes) -> None:
@@ -201,6 +200,11 @@ class _Guarded(HttpToolsProtocol):
         if self.transport.is_closing() or self._phase == _IDLE:
             return
         lim = self.limits
+        if self._stale:
+            # The phase began since the last tick (within one tick): its deadline counts from now.
+            self._stale, self._began = False, self.loop.time()
+            self._arm()
+            return
         if self._phase == _BODY and self.flow.read_paused:
             # The app has not taken what arrived (uvicorn stopped reading): not the client's delay.
             self._began += lim.tick_s

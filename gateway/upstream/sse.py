@@ -183,21 +183,29 @@ class SSESplitter:
         # is exactly when the read starts with `data:` and its every LF is one of the n blank-line
         # pairs, each but the last followed by `data:` (one-byte counts are the cheap ones). It is
         # read with a few scans; anything else event by event. ([DONE] is looked for as the read's
-        # last event: it is the stream's last.)
-        n = data.count(b"\n\ndata:") + 1
+        # last event: it is the stream's last; a read that ends a stream usually carries it.)
+        done = data.endswith(DONE)
+        body = data[: -len(DONE)] if done else data
+        n = body.count(b"\n\ndata:") + 1
         if (
-            data.count(b"\n") != 2 * n
-            or not data.startswith(b"data:")
-            or b"\r" in data
-            or b'"error"' in data
-            or data.endswith(b"[DONE]\n\n")
+            not body
+            or body.count(b"\n") != 2 * n
+            or not body.startswith(b"data:")
+            or b"\r" in body
+            or b'"error"' in body
+            or b"[DONE]" in body
         ):
             return self._by_event(data)
-        at = data.find(b'"usage"')
+        at = body.find(b'"usage"')
         if at == -1:
             self.events += n
-            return data, True
-        return self._usage(data, n, at)
+            out, has_output = body, True
+        else:
+            out, has_output = self._usage(body, n, at)
+        if done:
+            self.saw_done = True
+            out += DONE
+        return out, has_output
 
     def _usage(self, body: bytes, n: int, at: int) -> tuple[bytes, bool]:
         """`feed`'s common case with a `"usage"` in it: read it, and cut or strip what must be. (Each
