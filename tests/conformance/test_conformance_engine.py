@@ -66,7 +66,9 @@ def test_client_disconnect_stops_generation(backend: Backend, via: str) -> None:
     stopped_at = metric(backend.metrics(), GENERATED)
     time.sleep(0.5)
     assert metric(backend.metrics(), GENERATED) == stopped_at  # nothing generates any more
-    assert 5 <= stopped_at - before_gen < LONG_N * 1000 / 2
+    # Fewer than every choice's 1,000 tokens (ignore_eos: a finish is exactly 16,000): it stopped. How
+    # many came before the engine noticed depends on the machine (9,329 once in CI on a loaded box).
+    assert 5 <= stopped_at - before_gen < LONG_N * 1000
     assert metric(backend.metrics(), *ABORTS) == before_aborts
 
 
