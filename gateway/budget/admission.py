@@ -126,7 +126,7 @@ class Admissions:
         self._spec_admitted = metrics.limit_speculation.labels("admitted")
         self._spec_refused = metrics.limit_speculation.labels("refused")
         self._active: dict[str, Reservation] = {}
-        self._early = EarlyRefusals()
+        self._early = EarlyRefusals(_describe)
 
     @property
     def stream_chunk_tokens(self) -> int:

@@ -12,6 +12,7 @@ pool's (which binds only some of its requests). Per process: another replica sti
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 from time import monotonic
 
 from gateway.errors import RateLimitError
@@ -24,7 +25,9 @@ _MAX_KEYS = 10_000
 
 
 class EarlyRefusals:
-    def __init__(self) -> None:
+    def __init__(self, describe: Callable[[Rule], str]) -> None:
+        """`describe`: a rule in words, as the limiter's own refusals name it (one wording for both)."""
+        self._describe = describe
         self._until: OrderedDict[str, tuple[float, Rule]] = OrderedDict()  # key id -> (until, rule)
 
     def remember(self, key_id: str, decision: Decision) -> None:
@@ -54,9 +57,8 @@ class EarlyRefusals:
             del self._until[key_id]
             return None
         retry = max(1, int(left + 0.999))
-        where = "global" if rule.scope == "*" else f"{rule.level.value} '{rule.scope}'"
         err = RateLimitError(
-            f"Rate limit reached for {where} on requests per minute (limit {rule.limit}). "
+            f"Rate limit reached for {self._describe(rule)} (limit {rule.limit}). "
             f"Please try again in {retry}s.",
             code="rate_limit_exceeded",
             headers={"retry-after": str(retry), "retry-after-ms": str(max(1, int(left * 1000)))},
