@@ -22,6 +22,9 @@ pytestmark = pytest.mark.conformance
 
 RUNNING = "vllm:num_requests_running"
 LONG_N = 16
+# The busy replica of the least-load test must stay busy while six short requests pass and are counted:
+# 16 x 1,000 tokens ended first in CI (a loaded machine); 48 choices last ~3x as long and fit the KV cache.
+BUSY_N = 48
 GENERATED = "vllm:generation_tokens_total"
 ABORTS = ("vllm:request_success_total", 'finished_reason="abort"')
 CHART = ROOT / "helm" / "llm-gateway" / "files"
@@ -176,7 +179,7 @@ def _served(backend: Backend) -> list[float]:
 def test_least_load_avoids_the_busy_replica(backend: Backend) -> None:
     """A long stream through the least_load pool occupies one replica; the next requests all go to the
     other one (with two replicas both are compared: the busier never wins)."""
-    body = {"model": "tiny-ll", "prompt": "a long answer", "max_tokens": 1000, "n": LONG_N}
+    body = {"model": "tiny-ll", "prompt": "a long answer", "max_tokens": 1000, "n": BUSY_N}
     body |= {"ignore_eos": True, "stream": True}
     headers = {"authorization": f"Bearer {backend.api_key}"}
     client = backend.through_gateway()
@@ -187,7 +190,7 @@ def test_least_load_avoids_the_busy_replica(backend: Backend) -> None:
         lines = resp.iter_lines()
         while not next(lines).startswith("data: "):
             pass
-        _wait(lambda: sum(metric(backend.metrics(i), RUNNING) for i in (0, 1)) == LONG_N, 5, "not running")
+        _wait(lambda: sum(metric(backend.metrics(i), RUNNING) for i in (0, 1)) == BUSY_N, 5, "not running")
         busy = [metric(backend.metrics(i), RUNNING) for i in (0, 1)]
         idle = busy.index(0)
         before = _served(backend)
