@@ -19,18 +19,31 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from gateway import __version__
 from gateway.edge.exchange import Kind, Receive, RequestHeaders, Scope, Send
 from gateway.edge.openapi import (
+    ANTHROPIC_ERRORS,
     RELAY_ERRORS,
     ChatCompletion,
     ChatCompletionRequest,
     Completion,
     CompletionRequest,
+    CountTokensRequest,
     EmbeddingList,
     EmbeddingRequest,
+    MessageObject,
+    MessagesRequest,
     ModelCard,
     ModelList,
+    ResponseObject,
+    ResponsesRequest,
+    TokenCount,
     error_responses,
 )
-from gateway.errors import GatewayError, InvalidRequestError, MethodNotAllowedError, NotFoundError
+from gateway.errors import (
+    GatewayError,
+    InvalidRequestError,
+    MethodNotAllowedError,
+    ModelNotFoundError,
+    NotFoundError,
+)
 from gateway.tenancy.admin import build_admin_router
 
 if TYPE_CHECKING:
@@ -42,13 +55,25 @@ RELAY_PATHS = {
     "/v1/chat/completions": Kind.CHAT,
     "/v1/completions": Kind.COMPLETIONS,
     "/v1/embeddings": Kind.EMBEDDINGS,
+    "/v1/responses": Kind.RESPONSES,
+    "/v1/messages": Kind.MESSAGES,
+    "/v1/messages/count_tokens": Kind.COUNT_TOKENS,
 }
 
 _BODY_MODELS: dict[Kind, Any] = {
     Kind.CHAT: (ChatCompletionRequest, ChatCompletion),
     Kind.COMPLETIONS: (CompletionRequest, Completion),
     Kind.EMBEDDINGS: (EmbeddingRequest, EmbeddingList),
+    Kind.RESPONSES: (ResponsesRequest, ResponseObject),
+    Kind.MESSAGES: (MessagesRequest, MessageObject),
+    Kind.COUNT_TOKENS: (CountTokensRequest, TokenCount),
 }
+_SUMMARIES = {
+    Kind.RESPONSES: "OpenAI Responses (translated to chat for the alias's pool)",
+    Kind.MESSAGES: "Anthropic Messages (translated to chat for the alias's pool)",
+    Kind.COUNT_TOKENS: "Anthropic token counting (the pool's calibrated input estimate)",
+}
+_STREAMED = (Kind.CHAT, Kind.COMPLETIONS, Kind.RESPONSES, Kind.MESSAGES)
 
 # One server-sent event: `data:` is a JSON chunk, an error object, or the `[DONE]` terminator.
 SSE_EVENT_SCHEMA: dict[str, Any] = {
@@ -101,18 +126,19 @@ def build_api(app: GatewayApp) -> FastAPI:
 def _relay_routes(api: FastAPI, app: GatewayApp) -> None:
     for path, kind in RELAY_PATHS.items():
         req_model, resp_model = _BODY_MODELS[kind]
+        errors = ANTHROPIC_ERRORS if kind in (Kind.MESSAGES, Kind.COUNT_TOKENS) else RELAY_ERRORS
         responses: dict[int | str, dict[str, Any]] = {
             200: {"model": resp_model, "description": "the pool's answer"},
-            **RELAY_ERRORS,
+            **errors,
         }
-        if kind is not Kind.EMBEDDINGS:
+        if kind in _STREAMED:
             responses[200]["content"] = {"text/event-stream": {"schema": SSE_EVENT_SCHEMA}}
         api.add_api_route(
             path,
             _delegate_endpoint(app, kind),
             methods=["POST"],
             name=kind.value,
-            summary=f"OpenAI {kind.value} (relayed to the alias's pool)",
+            summary=_SUMMARIES.get(kind, f"OpenAI {kind.value} (relayed to the alias's pool)"),
             responses=responses,
             openapi_extra={
                 "requestBody": {
@@ -133,19 +159,32 @@ def _delegate_endpoint(app: GatewayApp, kind: Kind) -> Any:
 
 
 def _service_routes(api: FastAPI, app: GatewayApp) -> None:
-    @api.get("/v1/models", response_model=ModelList, responses=error_responses(401, 503))
-    async def list_models(request: Request) -> ModelList:
+    async def callable_aliases(request: Request) -> list[str]:
         """The aliases the caller's key may use: allowed by its models, served by a pool it may use."""
-        created = int(app.started_at)
         h = RequestHeaders(request.scope)
         caller = await app.parts.auth.identify(h.authorization, api_key=h.api_key)
-        aliases = [
+        return [
             m.name
             for m in app.policy.models
             if (not caller.models or m.name in caller.models)
             and (not caller.pools or any(p in caller.pools for p in m.route.pools))
         ]
+
+    @api.get("/v1/models", response_model=ModelList, responses=error_responses(401, 503))
+    async def list_models(request: Request) -> ModelList:
+        """The aliases the caller's key may use."""
+        created = int(app.started_at)
+        aliases = await callable_aliases(request)
         return ModelList(data=[ModelCard(id=a, created=created, owned_by="llm-gateway") for a in aliases])
+
+    @api.get("/v1/models/{model:path}", response_model=ModelCard, responses=error_responses(401, 404, 503))
+    async def retrieve_model(model: str, request: Request) -> ModelCard:
+        """One alias the caller's key may use; any other name is a 404 (whether or not it exists)."""
+        if model not in await callable_aliases(request):
+            raise ModelNotFoundError(
+                f"The model '{model}' does not exist or you do not have access to it.", param="model"
+            )
+        return ModelCard(id=model, created=int(app.started_at), owned_by="llm-gateway")
 
     # HEAD too: load balancers and uptime checkers probe with it.
     @api.api_route("/healthz", methods=["GET", "HEAD"], include_in_schema=False)
@@ -195,7 +234,8 @@ def _openapi(api: FastAPI, aliases: list[str]) -> dict[str, Any]:
         return api.openapi_schema
     schema = get_openapi(title=api.title, version=api.version, description=api.description, routes=api.routes)
     comps = schema.setdefault("components", {}).setdefault("schemas", {})
-    for model in (ChatCompletionRequest, CompletionRequest, EmbeddingRequest):
+    requests = (ChatCompletionRequest, CompletionRequest, EmbeddingRequest, ResponsesRequest, MessagesRequest)
+    for model in (*requests, CountTokensRequest):
         js = model.model_json_schema(ref_template="#/components/schemas/{model}")
         for name, sub in js.pop("$defs", {}).items():
             comps.setdefault(name, sub)

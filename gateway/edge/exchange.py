@@ -43,11 +43,23 @@ _REQUEST_ID_OK = re.compile(rb"^[A-Za-z0-9._:\-]{1,128}$")
 
 
 class Kind(StrEnum):
-    """Which OpenAI endpoint a request came in on (the edge decides it from the path)."""
+    """Which endpoint a request came in on (the edge decides it from the path). The last two are
+    dialects (gateway.dialects): asked of a pool as chat."""
 
     CHAT = "chat"
     COMPLETIONS = "completions"
     EMBEDDINGS = "embeddings"
+    RESPONSES = "responses"
+    MESSAGES = "messages"
+    COUNT_TOKENS = "count_tokens"  # Messages' token counting: nothing is generated
+
+    @property
+    def asked(self) -> Kind:
+        """The endpoint a request of this kind is asked of a pool as (a dialect's: chat)."""
+        return self if self in _OPENAI else Kind.CHAT
+
+
+_OPENAI = frozenset({Kind.CHAT, Kind.COMPLETIONS, Kind.EMBEDDINGS})
 
 
 class ClientGone(Exception):
@@ -101,14 +113,15 @@ class Exchange:
     pipeline's own state; everything downstream of the relay sees only this."""
 
     __slots__ = (
-        "rid", "kind", "tenant", "priority", "model", "pool", "status", "stream", "e2e",
+        "rid", "kind", "endpoint", "tenant", "priority", "model", "pool", "status", "stream", "e2e",
         "task", "finished", "client_gone", "watcher", "watch_timer", "usage_in", "usage_out", "reported",
         "ttft", "tpot", "broken", "costs", "notes", "capture", "span", "cache", "speculating", "refusal",
     )  # fmt: skip
 
     def __init__(self, rid: bytes = b"", kind: Kind = Kind.CHAT) -> None:
         self.rid = rid
-        self.kind = kind
+        self.kind = kind  # the endpoint asked of the pool (a dialect's request is asked as chat)
+        self.endpoint = kind  # the endpoint the client called: labels metrics, logs and traces
         self.tenant: Tenant | None = None  # None until authenticated
         self.priority = 0  # the pool hold queue's priority (from the tenant's tier)
         self.model = "-"  # the alias that served (labels metrics), "-" before routing
@@ -213,7 +226,7 @@ class RequestHeaders:
                 self.content_length = value
             elif name == b"x-request-id":
                 self.request_id = value
-            elif name == b"api-key":
+            elif name == b"api-key" or name == b"x-api-key":  # Azure's, Anthropic's
                 self.api_key = value
             elif name == b"x-llmgw-latency-budget-ms":
                 self.latency_budget = value

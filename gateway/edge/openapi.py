@@ -8,7 +8,7 @@ accepts and answers. `model` is an enum of the deployment's aliases.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -48,6 +48,64 @@ class CompletionRequest(_Open):
 class EmbeddingRequest(_Open):
     model: str
     input: str | list[str] | list[int] | list[list[int]]
+
+
+class ResponsesRequest(_Open):
+    """OpenAI Responses (gateway.dialects.responses: what is translated, dropped and refused)."""
+
+    model: str
+    input: str | list[dict[str, Any]]
+    instructions: str | None = None
+    max_output_tokens: int | None = Field(None, ge=1)
+    stream: bool | None = False
+    tools: list[dict[str, Any]] | None = None
+
+
+class ResponseObject(_Open):
+    id: str
+    object: Literal["response"]
+    created_at: float
+    status: str
+    model: str
+    output: list[dict[str, Any]]
+    usage: dict[str, Any] | None = None
+
+
+class AnthropicMessage(_Open):
+    role: Literal["user", "assistant"]
+    content: str | list[dict[str, Any]]
+
+
+class MessagesRequest(_Open):
+    """Anthropic Messages (gateway.dialects.messages: what is translated, dropped and refused)."""
+
+    model: str
+    max_tokens: int = Field(ge=1)
+    messages: list[AnthropicMessage] = Field(min_length=1)
+    system: str | list[dict[str, Any]] | None = None
+    stream: bool | None = False
+    tools: list[dict[str, Any]] | None = None
+
+
+class CountTokensRequest(_Open):
+    model: str
+    messages: list[AnthropicMessage] = Field(min_length=1)
+    system: str | list[dict[str, Any]] | None = None
+    tools: list[dict[str, Any]] | None = None
+
+
+class MessageObject(_Open):
+    id: str
+    type: Literal["message"]
+    role: Literal["assistant"]
+    content: list[dict[str, Any]]
+    model: str
+    stop_reason: str | None
+    usage: dict[str, Any]
+
+
+class TokenCount(BaseModel):
+    input_tokens: int
 
 
 class Usage(_Open):
@@ -106,8 +164,24 @@ class ModelList(BaseModel):
     data: list[ModelCard]
 
 
+class AnthropicErrorBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: str
+    message: str
+
+
+class AnthropicErrorResponse(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["error"]
+    error: AnthropicErrorBody
+
+
 def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
     return {s: {"model": ErrorResponse, "description": "OpenAI-shaped error"} for s in statuses}
 
 
-RELAY_ERRORS = error_responses(400, 401, 403, 404, 413, 429, 500, 502, 503, 504)
+_STATUSES = (400, 401, 403, 404, 413, 429, 500, 502, 503, 504)
+RELAY_ERRORS = error_responses(*_STATUSES)
+ANTHROPIC_ERRORS: dict[int | str, dict[str, Any]] = {
+    s: {"model": AnthropicErrorResponse, "description": "Anthropic-shaped error"} for s in _STATUSES
+}

@@ -57,7 +57,7 @@ class RequestLog:
             "org": tenant.org if tenant else None,
             "app": tenant.app if tenant else None,
             "key_id": tenant.key_id if tenant else None,
-            "endpoint": req.kind.value,
+            "endpoint": req.endpoint.value,
             "alias": req.model,
             "pool": req.pool,
             "stream": req.stream,

@@ -14,7 +14,15 @@ from typing import Any, Protocol
 
 from gateway.edge.exchange import Kind
 
-OPERATION = {Kind.CHAT: "chat", Kind.COMPLETIONS: "text_completion", Kind.EMBEDDINGS: "embeddings"}
+# GenAI operation names (shared/reference: OpenTelemetry GenAI); a dialect's request is a chat.
+OPERATION = {
+    Kind.CHAT: "chat",
+    Kind.COMPLETIONS: "text_completion",
+    Kind.EMBEDDINGS: "embeddings",
+    Kind.RESPONSES: "chat",
+    Kind.MESSAGES: "chat",
+    Kind.COUNT_TOKENS: "count_tokens",
+}
 _NULL: AbstractContextManager[None] = contextlib.nullcontext()
 
 

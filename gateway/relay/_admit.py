@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 
 from gateway.budget.admission import Admissions, Ticket
-from gateway.budget.estimate import InputEstimates
+from gateway.budget.estimate import InputEstimates, InputSize
 from gateway.edge.exchange import RequestIds
 from gateway.observability.tracing import TraceHooks
 from gateway.relay._context import RequestContext
@@ -71,7 +71,13 @@ class Admit:
             ticket = ctx.pending = ctx.ticket = await admission
         ticket.headers.append((b"x-llmgw-cache-status", ctx.cache or BYPASS))
         if decided is not None:
-            ticket.headers.extend(decided.headers)
+            ticket.headers.extend(decided.headers)  # a cascade's runner says which tier answered
+        else:
+            ticket.headers.append(route.tier)
+
+    def count(self, pool: str, size: InputSize) -> int:
+        """The input tokens a prompt of `size` is estimated at on `pool` (count_tokens)."""
+        return self._estimates.of(pool).tokens(size)
 
     async def granted(self, ctx: RequestContext) -> Ticket:
         """The ticket, once the pool answered: a speculative admission is awaited here, before anything
@@ -84,6 +90,8 @@ class Admit:
         with self._trace.span("rate_limit"):
             ticket = await pending
         ticket.headers.append((b"x-llmgw-cache-status", ctx.cache or BYPASS))
+        if ctx.route is not None:
+            ticket.headers.append(ctx.route.tier)  # speculation: direct aliases only
         return ticket
 
     def settle(self, ctx: RequestContext) -> None:

@@ -35,25 +35,6 @@ def too_deep(raw: bytes, limit: int) -> bool:
         else:
             depth -= 1
     return False
-    depth = 0
-    in_string = escaped = False
-    for c in raw.translate(None, _NOT_STRUCTURE):
-        if in_string:
-            if escaped:
-                escaped = False
-            elif c == 0x5C:  # backslash
-                escaped = True
-            elif c == 0x22:
-                in_string = False
-        elif c == 0x22:
-            in_string = True
-        elif c in (0x5B, 0x7B):
-            depth += 1
-            if depth > limit:
-                return True
-        elif c in (0x5D, 0x7D):
-            depth -= 1
-    return False
 
 
 async def read_body(content_length: bytes | None, receive: Receive, limit: int, max_depth: int) -> bytes:

@@ -18,6 +18,8 @@ from gateway.relay.normalize import prepare
 from gateway.relay.response_cache import BYPASS, MISS, ResponseCache
 from gateway.routing.table import Routes
 
+_TIER = (b"x-llmgw-tier", CACHE_POOL.encode())  # a hit: the cache answered
+
 
 class CacheStage:
     def __init__(
@@ -34,7 +36,7 @@ class CacheStage:
         `allowed`: the pools the caller's key may use (empty: any)."""
         cache, alias = self._cache, ctx.alias
         assert ctx.tenant is not None
-        look = ctx.look = cache.plan(ctx.kind, alias, ctx.body, ctx.headers.cache, ctx.tenant, allowed)
+        look = ctx.look = cache.plan(ctx.endpoint, alias, ctx.body, ctx.headers.cache, ctx.tenant, allowed)
         status = BYPASS
         if look is not None:
             with self._trace.span("cache"):
@@ -93,6 +95,7 @@ class CacheStage:
                     (b"x-request-id", ctx.rid),
                     *ticket.headers,
                     (b"x-llmgw-cache-status", ctx.cache),
+                    _TIER,
                 ],
             }
         )

@@ -14,6 +14,7 @@ from typing import Any
 
 from gateway.budget.admission import Ticket
 from gateway.budget.usage import checked
+from gateway.dialects.exchange import DialectSend
 from gateway.edge.exchange import Exchange, Kind, RequestHeaders
 from gateway.relay.normalize import Prepared
 from gateway.relay.response_cache import Lookup
@@ -24,7 +25,7 @@ from gateway.routing.table import Decided
 class RequestContext(Exchange):
     __slots__ = (
         "headers", "t0", "body", "alias", "route", "decided", "prep", "ticket", "pending", "admitting",
-        "look", "hit", "open_ended", "topup", "key", "reserved_in", "granted_out", "fault",
+        "look", "hit", "open_ended", "topup", "key", "reserved_in", "granted_out", "fault", "reply",
     )  # fmt: skip
 
     def __init__(self, kind: Kind, headers: RequestHeaders, rid: bytes, t0: float) -> None:
@@ -49,6 +50,7 @@ class RequestContext(Exchange):
         self.reserved_in = 0  # the input estimate
         self.granted_out = 0  # the output the pool may generate, every multiplier included
         self.fault: str | None = None  # what was wrong with the pool's usage (gateway.budget.usage)
+        self.reply: DialectSend | None = None  # a dialect's request: its answers' translation
 
     def record(self, usage: Any) -> None:
         """The pool's reported usage, checked against the reservation (a missing or insane count is

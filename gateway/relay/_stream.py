@@ -56,7 +56,7 @@ class StreamCall:
             if opened is not None:
                 pool.replicas.release(opened.replica, verdict, t_first - ctx.t0 if t_first else None)
                 self._end(ctx, route, opened, ticket, (verdict, t_first, t_last))
-                self._metrics.overhead_of(ctx.kind.value).observe(overhead)
+                self._metrics.overhead_of(ctx.endpoint.value).observe(overhead)
 
     async def _start(
         self, ctx: RequestContext, route: Route, opened: OpenStream, ticket: Ticket, send: Send

@@ -61,5 +61,5 @@ class UnaryCall:
             }
         )
         await send({"type": "http.response.body", "body": data, "more_body": False})
-        self._metrics.overhead_of(ctx.kind.value).observe(overhead + perf_counter() - t_back)
+        self._metrics.overhead_of(ctx.endpoint.value).observe(overhead + perf_counter() - t_back)
         ctx.status = 200

@@ -2,7 +2,8 @@
 
 `Relay.handle` runs one request through named stages over one `RequestContext`:
 
-    read body (relay._body) -> authenticate (tenancy.auth) -> normalize (relay.normalize)
+    authenticate (tenancy.auth) -> read body (relay._body) -> translate (gateway.dialects: Responses,
+    Messages) -> normalize (relay.normalize)
     -> cache lookup (relay._cached) -> route (routing.table) -> admit (relay._admit)
     -> call: unary (relay._unary) | stream (relay._stream) | cascade (routing.cascade_runner)
     -> settle (relay._admit) -> observe (observability.observer)
@@ -18,15 +19,22 @@ injection and Response objects cost more than the relay itself.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 from time import perf_counter
+from typing import Any
 
 import aiohttp
 import orjson
 
 from gateway.budget.admission import Admissions
 from gateway.config import Policy
+from gateway.dialects import Dialect
+from gateway.dialects.exchange import DialectSend
+from gateway.dialects.messages import MessagesDialect, count_request
+from gateway.dialects.responses import ResponsesDialect
 from gateway.edge.exchange import (
+    JSON_HEADERS,
     ClientGone,
     Kind,
     Receive,
@@ -51,7 +59,7 @@ from gateway.relay._cached import CacheStage
 from gateway.relay._context import RequestContext
 from gateway.relay._stream import StreamCall
 from gateway.relay._unary import UnaryCall
-from gateway.relay.normalize import alias_of, parse_body, prepare
+from gateway.relay.normalize import alias_of, input_size, parse_body, prepare
 from gateway.relay.response_cache import BYPASS, ResponseCache
 from gateway.routing.aliases import RoutedAlias
 from gateway.routing.cascade_runner import CascadeRunner
@@ -108,11 +116,22 @@ class Relay:
         self._cached = (
             CacheStage(parts.cache, self._routes, parts.admissions, parts.ids, trace) if parts.cache else None
         )
+        # The dialects (gateway.dialects): each endpoint's translation of its request to chat.
+        responses, messages = ResponsesDialect(), MessagesDialect()
+        self._dialects: dict[Kind, tuple[Dialect, Callable[[dict[str, Any]], dict[str, Any]]]] = {
+            Kind.RESPONSES: (responses, responses.to_chat),
+            Kind.MESSAGES: (messages, messages.to_chat),
+            Kind.COUNT_TOKENS: (messages, count_request),
+        }
 
     async def handle(self, kind: Kind, scope: Scope, receive: Receive, send: Send) -> None:
         t0 = perf_counter()
         h = RequestHeaders(scope)
         ctx = RequestContext(kind, h, self._ids.accept(h.request_id), t0)
+        dialect = self._dialects.get(kind)
+        if dialect is not None:
+            # Every answer from here on, errors included, in the dialect's own shape.
+            send = ctx.reply = DialectSend(send, *dialect)
         self.observer.start(ctx, kind, scope["headers"])
         self._running += 1  # decremented in the `finally` below
         try:
@@ -137,9 +156,12 @@ class Relay:
         if refused is not None:
             raise refused
         raw = await read_body(ctx.headers.content_length, receive, self._max_body, self._max_depth)
-        body = ctx.body = parse_body(raw)
+        body = ctx.body = self._parsed(ctx, raw)
         ctx.alias = alias_of(body)
         pools = self._permit(ctx, principal)
+        if ctx.endpoint is Kind.COUNT_TOKENS:
+            await self._count(ctx, send)
+            return
         self.observer.begin(ctx, ctx.kind, body)
         if self._cached is not None:
             if await self._cached.serve(ctx, send, pools):
@@ -163,6 +185,37 @@ class Relay:
             inflight.dec()
         if self._cached is not None:
             self._cached.remember(ctx)
+
+    def _parsed(self, ctx: RequestContext, raw: bytes) -> dict[str, Any]:
+        """The request body as JSON; a dialect's translated to a chat request (its original kept for
+        the answer's translation)."""
+        body = parse_body(raw)
+        reply = ctx.reply
+        if reply is None:
+            return body
+        reply.request = body
+        ctx.kind = ctx.endpoint.asked
+        return reply.to_chat(body)
+
+    async def _count(self, ctx: RequestContext, send: Send) -> None:
+        """`/v1/messages/count_tokens`: the input estimate of the alias's (first) pool, calibrated from
+        the prompt tokens it reports (gateway.budget.estimate). It spends the key's request rate."""
+        reply, tenant = ctx.reply, ctx.tenant
+        assert reply is not None and tenant is not None
+        try:
+            route = self._routes.any_route(ctx.alias)
+        except KeyError:
+            raise ModelNotFoundError(
+                f"the model '{ctx.alias}' does not exist or you do not have access to it", param="model"
+            ) from None
+        tokens = self._admit.count(route.pool.config.name, input_size(Kind.CHAT, ctx.body))
+        await self._admissions.charge_request(self._ids.new().decode(), tenant)
+        data = orjson.dumps({"input_tokens": tokens})
+        ctx.done()
+        head = [*JSON_HEADERS, (b"content-length", str(len(data)).encode()), (b"x-request-id", ctx.rid)]
+        await reply.raw({"type": "http.response.start", "status": 200, "headers": head})
+        await reply.raw({"type": "http.response.body", "body": data, "more_body": False})
+        ctx.status = 200
 
     async def _authenticate(self, ctx: RequestContext) -> Principal:
         """The caller (on the context), from its key alone: a bad key costs no body read or parse."""
@@ -214,7 +267,11 @@ class Relay:
                 f"the model '{ctx.alias}' does not support the {kind.value} endpoint", param="model"
             )
         body = ctx.body
-        ctx.open_ended = body.get("max_completion_tokens", body.get("max_tokens")) is None
+        # Messages requires max_tokens (clients send a generous ceiling, not a size they need): a stream
+        # of it is metered as it runs like an open-ended one, not reserved whole.
+        ctx.open_ended = (
+            body.get("max_completion_tokens", body.get("max_tokens")) is None or ctx.endpoint is Kind.MESSAGES
+        )
         prep = ctx.prep = prepare(kind, body, route.model, route.pool.config.model)
         ctx.stream = prep.stream
 
@@ -263,5 +320,5 @@ class Relay:
         if ctx.status == 499 and route is not None:
             self._metrics.client_disconnects.labels(ctx.model, ctx.pool).inc()
         ctx.e2e = perf_counter() - ctx.t0
-        self._metrics.finished(ctx.model, ctx.pool, ctx.kind.value, ctx.status, ctx.stream, ctx.e2e)
+        self._metrics.finished(ctx.model, ctx.pool, ctx.endpoint.value, ctx.status, ctx.stream, ctx.e2e)
         self.observer.finish(ctx)

@@ -111,7 +111,7 @@ class ResponseCache:
             names = m.route.pools
             route = ",".join(f"{n}={pools[n].model}" for n in names)
             if m.route.policy is not None:
-                kinds = frozenset({Kind.CHAT})  # routed aliases serve chat only
+                kinds = frozenset({Kind.CHAT, Kind.COMPLETIONS})  # what routed aliases serve
             else:
                 kinds = frozenset(Kind(k) for k in pools[names[0]].serves) - {Kind.EMBEDDINGS}
             self._aliases[m.name] = _Alias(m.cache, route, kinds, frozenset(names))
@@ -138,15 +138,17 @@ class ResponseCache:
 
     def plan(
         self,
-        kind: Kind,
+        endpoint: Kind,
         alias: str,
         body: dict[str, Any],
         header: bytes | None,
         tenant: Tenant,
         allowed: frozenset[str] = frozenset(),
     ) -> Lookup | None:
-        """The request's cache identity, or None when it bypasses the cache. `allowed`: the pools the
-        caller's key may use (empty: any)."""
+        """The request's cache identity, or None when it bypasses the cache. `endpoint`: the one the
+        client called (`body` is what the pool is asked: a dialect's answers are stored as chat, keyed
+        by the dialect's endpoint); `allowed`: the pools the caller's key may use (empty: any)."""
+        kind = endpoint.asked
         parsed = HEADER_VALUES.get(header.strip().lower()) if header is not None else None
         if header is not None and parsed is None:
             raise InvalidRequestError("x-llmgw-cache must be 'on' or 'off'")
@@ -162,7 +164,7 @@ class ResponseCache:
             # (an unrestricted key of the same scope stored it): keys with the same cut share entries.
             scope += "|pools:" + ",".join(sorted(entry.pools & allowed))
         try:
-            key = exact_key(scope, entry.route, kind.value, body)
+            key = exact_key(scope, entry.route, endpoint.value, body)
         except TypeError:
             return None
         chat = kind is Kind.CHAT

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gateway.config import Model
 from gateway.observability.metrics import AliasMetrics
@@ -14,6 +14,11 @@ class Route:
     model: Model
     pool: PoolClient
     metrics: AliasMetrics
+    # `x-llmgw-tier: <pool>` on every answer this route gives (built once, not per request).
+    tier: tuple[bytes, bytes] = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "tier", (b"x-llmgw-tier", self.pool.config.name.encode()))
 
     def count_usage(self, input_tokens: int, output_tokens: int) -> None:
         self.metrics.input_tokens.inc(input_tokens)

@@ -25,7 +25,7 @@ from gateway.observability.metrics import Metrics
 from gateway.routing.aliases import RoutedAlias
 from gateway.routing.route import Route
 from gateway.upstream.pool_client import PoolClient
-from router.plan import Plan
+from router.plan import Call, Plan, Step
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,9 +109,9 @@ class Routes:
                 f"the model '{alias}' does not exist or you do not have access to it", param="model"
             )
         routed, routes = entry
-        if kind is not Kind.CHAT:
+        if kind is not Kind.CHAT and kind is not Kind.COMPLETIONS:
             raise InvalidRequestError(
-                f"the routed model '{alias}' serves chat completions only", param="model"
+                f"the routed model '{alias}' serves chat and text completions only", param="model"
             )
         tiers = frozenset(i for i, p in enumerate(routed.pools) if p in allowed) if allowed else None
         if tiers is not None and not tiers:
@@ -120,7 +120,11 @@ class Routes:
         risk = [f.strip() for f in h.risk.decode("latin-1").split(",") if f.strip()] if h.risk else []
         t = perf_counter()
         stream = bool(body.get("stream"))
-        plan, difficulty, prompt = await routed.plan(body.get("messages"), budget, risk, stream, tiers)
+        chat = kind is Kind.CHAT
+        messages = body.get("messages") if chat else _as_messages(body.get("prompt"))
+        plan, difficulty, prompt = await routed.plan(messages, budget, risk, stream, tiers)
+        if not chat:
+            plan = _first_tier_only(plan)  # the cascade and its judge read chat answers
         self._metrics.router_seconds.labels(alias).observe(perf_counter() - t)
         headers: list[tuple[bytes, bytes]] = []
         if difficulty is not None:
@@ -136,6 +140,22 @@ class Routes:
             headers.append((b"x-llmgw-tier", tier.pool.config.name.encode()))
             self._metrics.router_decisions.labels(alias, tier.pool.config.name, "false").inc()
         return Decided(routed, routes, plan, difficulty, prompt, headers, direct)
+
+
+def _as_messages(prompt: Any) -> list[dict[str, Any]]:
+    """A completions prompt as the one user turn the router scores (a list: its first prompt; token
+    ids have no text, which scores as no difficulty)."""
+    if isinstance(prompt, list) and prompt:
+        prompt = prompt[0]
+    return [{"role": "user", "content": prompt if isinstance(prompt, str) else ""}]
+
+
+def _first_tier_only(plan: Plan) -> Plan:
+    """`plan` served route-only by its first tier (text completions: no cascade, no tier failover)."""
+    if len(plan.steps) == 1 and not plan.cascade:
+        return plan
+    first = Step((Call(plan.first_tier),))
+    return Plan(steps=(first,), cascade=False, start_tier=plan.start_tier, notes=(*plan.notes, "route_only"))
 
 
 def _pools_refused(alias: str, pools: tuple[str, ...], allowed: frozenset[str]) -> PermissionDeniedError:

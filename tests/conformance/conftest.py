@@ -42,6 +42,24 @@ SIM_FLAGS = (
     "65536",
 )
 DETAILS = ("--enable-prompt-tokens-details",)
+# Replica 1's vLLM also parses tool calls (tool_choice "auto" needs a parser; the tiny model's text is
+# no call, so it answers text): openai-agents resets tool_choice to auto after a tool ran.
+VLLM_TOOLS = ("--enable-auto-tool-choice", "--tool-call-parser", "pythonic")
+# Two prompts the shipped router model scores far apart: `auto` sends them to different tiers.
+EASY = "hi"
+HARD = (
+    "Prove that for every prime p > 3, p^2 - 1 is divisible by 24, then generalise the argument to "
+    "p^4 - 1 and give the largest integer that divides it for all such primes, with a rigorous proof."
+)
+
+
+def _difficulty_cut() -> float:
+    """Midway between EASY's and HARD's difficulty under the shipped router model."""
+    from router.difficulty import DifficultyModel
+
+    easy, hard = DifficultyModel.load().score_many([EASY, HARD])
+    assert easy < hard, (easy, hard)
+    return (easy + hard) / 2
 
 
 @dataclass(frozen=True)
@@ -86,6 +104,12 @@ pools:
     serves: [chat, completions]
     balancing: {{strategy: prefix_affinity, scrape_interval_s: 0.2}}
 models:
+  - name: auto
+    max_tokens: {{default: 16, cap: 1024}}
+    route:
+      policy:
+        tiers: [{{pool: one}}, {{pool: details}}]
+        difficulty: {{thresholds: [{_difficulty_cut()}]}}
   - {{name: tiny, route: {{pool: one}}, max_tokens: {{default: 16, cap: 1024}}}}
   - {{name: tiny-details, route: {{pool: details}}, max_tokens: {{default: 16, cap: 1024}}}}
   - {{name: tiny-ll, route: {{pool: ll}}, max_tokens: {{default: 16, cap: 1024}}}}
@@ -109,7 +133,7 @@ class VllmPair:
         vllm.ensure_model()
         self.servers = [
             vllm.spawn(free_port(), logs / "vllm-0.log", cpu=0),
-            vllm.spawn(free_port(), logs / "vllm-1.log", cpu=1, extra_args=DETAILS),
+            vllm.spawn(free_port(), logs / "vllm-1.log", cpu=1, extra_args=(*DETAILS, *VLLM_TOOLS)),
         ]
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._prepare, name="vllm-ready", daemon=True)

@@ -16,7 +16,13 @@ PATH = re.compile(
 # from its own layer or a lower one.
 LAYERS: list[tuple[str, ...]] = [
     ("gateway.errors", "gateway.config", "gateway.config_pool", "gateway.settings"),
-    ("gateway.edge.exchange", "gateway.edge.openapi", "gateway.edge.protocol", "gateway.tenancy"),
+    (
+        "gateway.edge.exchange",
+        "gateway.edge.openapi",
+        "gateway.edge.protocol",
+        "gateway.tenancy",
+        "gateway.dialects",
+    ),
     ("gateway.observability",),
     ("gateway.upstream", "gateway.budget"),
     ("gateway.routing",),

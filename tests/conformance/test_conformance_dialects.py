@@ -1,0 +1,304 @@
+"""The Responses and Anthropic Messages APIs through the gateway, with the official SDKs and the clients
+built on them (openai-agents, LangChain), on the simulator and on real vLLM 0.32.
+
+The gateway translates both to chat (gateway.dialects), so a greedy answer in either dialect must say
+what the same chat request says, token for token, with the same usage; a stream must say what its
+unary answer says. `auto` (routed over two pools by difficulty) must pick the same tier for the same
+prompt on every endpoint.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import anthropic
+import httpx
+import openai
+import pytest
+from openai import AsyncOpenAI
+
+from tests.conformance.conftest import EASY, HARD, Backend
+from tests.support.prom import metric
+
+pytestmark = pytest.mark.conformance
+
+QUESTION = "Name a colour."
+GREEDY: Any = {"temperature": 0}  # anthropic 2.x takes no temperature argument: sent as an extra field
+WEATHER = {
+    "type": "object",
+    "properties": {"city": {"type": "string", "maxLength": 12}},
+    "required": ["city"],
+    "additionalProperties": False,
+}
+FN_TOOL: Any = {
+    "type": "function",
+    "name": "get_weather",
+    "description": "Weather in a city",
+    "parameters": WEATHER,
+}
+
+
+def _chat_text(backend: Backend, alias: str = "tiny", max_tokens: int = 8) -> tuple[str, int, int]:
+    chat = backend.through_gateway().chat.completions.create(
+        model=alias, messages=[{"role": "user", "content": QUESTION}], max_tokens=max_tokens, temperature=0
+    )
+    assert chat.usage is not None
+    return chat.choices[0].message.content or "", chat.usage.prompt_tokens, chat.usage.completion_tokens
+
+
+def _anthropic(backend: Backend) -> anthropic.Anthropic:
+    return anthropic.Anthropic(base_url=backend.gateway, api_key=backend.api_key, max_retries=0, timeout=60)
+
+
+# -- Responses ---------------------------------------------------------------------------------------
+
+
+def test_responses_unary_says_what_chat_says(backend: Backend) -> None:
+    text, prompt_tokens, completion_tokens = _chat_text(backend)
+    client = backend.through_gateway()
+    raw = client.responses.with_raw_response.create(
+        model="tiny", input=QUESTION, max_output_tokens=8, temperature=0
+    )
+    resp = raw.parse()
+    assert raw.headers["x-llmgw-tier"] == "one"
+    assert resp.object == "response" and resp.model == "tiny"
+    assert resp.status in ("completed", "incomplete")
+    assert resp.output_text == text
+    assert resp.usage is not None
+    assert (resp.usage.input_tokens, resp.usage.output_tokens) == (prompt_tokens, completion_tokens)
+    # The same conversation as items, with instructions as the system turn, is the same request.
+    items = client.responses.create(
+        model="tiny",
+        input=[{"role": "user", "content": [{"type": "input_text", "text": QUESTION}]}],
+        max_output_tokens=8,
+        temperature=0,
+    )
+    assert items.output_text == text
+
+
+def test_responses_stream_says_what_unary_says_settled_to_the_engine(backend: Backend) -> None:
+    client = backend.through_gateway()
+    unary = client.responses.create(model="tiny", input=QUESTION, max_output_tokens=12, temperature=0)
+    before_gw = httpx.get(f"{backend.gateway}/metrics").text
+    before_engine = backend.metrics()
+    events = list(
+        client.responses.create(
+            model="tiny", input=QUESTION, max_output_tokens=12, temperature=0, stream=True
+        )
+    )
+    types = [e.type for e in events]
+    assert types[0] == "response.created" and types[-1] in ("response.completed", "response.incomplete")
+    assert [e.sequence_number for e in events] == sorted(e.sequence_number for e in events)
+    deltas = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    final = events[-1].response  # type: ignore[union-attr]
+    assert deltas == final.output_text == unary.output_text
+    assert final.usage is not None and unary.usage is not None
+    assert final.usage.output_tokens == unary.usage.output_tokens
+    # Settled to what the engine generated: the gateway's token count moved by the engine's.
+    after_gw = httpx.get(f"{backend.gateway}/metrics").text
+    engine = metric(backend.metrics(), "vllm:generation_tokens_total") - metric(
+        before_engine, "vllm:generation_tokens_total"
+    )
+    counted = metric(after_gw, "llmgw_tokens_total", 'direction="output",model="tiny"') - metric(
+        before_gw, "llmgw_tokens_total", 'direction="output",model="tiny"'
+    )
+    assert counted == engine == final.usage.output_tokens
+    ended = metric(after_gw, "llmgw_requests_total", 'endpoint="responses"') - metric(
+        before_gw, "llmgw_requests_total", 'endpoint="responses"'
+    )
+    assert ended == 1
+
+
+def test_responses_function_tool_round_trip(backend: Backend) -> None:
+    client = backend.through_gateway()
+    first = client.responses.create(
+        model="tiny", input="Weather in Paris?", tools=[FN_TOOL], tool_choice="required", max_output_tokens=48
+    )
+    calls = [o for o in first.output if o.type == "function_call"]
+    assert calls and calls[0].name == "get_weather"
+    args = json.loads(calls[0].arguments)
+    assert isinstance(args.get("city"), str)
+    second = client.responses.create(
+        model="tiny",
+        input=[
+            {"role": "user", "content": "Weather in Paris?"},
+            {
+                "type": "function_call",
+                "call_id": calls[0].call_id,
+                "name": "get_weather",
+                "arguments": calls[0].arguments,
+            },
+            {"type": "function_call_output", "call_id": calls[0].call_id, "output": "sunny, 21 C"},
+        ],
+        tools=[FN_TOOL],
+        tool_choice="none",
+        max_output_tokens=8,
+    )
+    assert second.status in ("completed", "incomplete") and isinstance(second.output_text, str)
+    assert second.usage is not None and first.usage is not None
+    assert second.usage.input_tokens > first.usage.input_tokens  # the call and its output were in the prompt
+
+
+def test_responses_json_schema(backend: Backend) -> None:
+    resp = backend.through_gateway().responses.create(
+        model="tiny",
+        input="A city, as JSON.",
+        text={"format": {"type": "json_schema", "name": "city", "schema": WEATHER, "strict": True}},
+        max_output_tokens=64,
+        temperature=0,
+    )
+    if resp.status == "completed":
+        assert isinstance(json.loads(resp.output_text)["city"], str)
+
+
+def test_openai_agents_default_model_with_a_function_tool(backend: Backend) -> None:
+    from agents import Agent, ModelSettings, Runner, function_tool, set_tracing_disabled
+    from agents.models.openai_responses import OpenAIResponsesModel
+
+    set_tracing_disabled(True)
+    called: list[str] = []
+
+    @function_tool
+    def get_weather(city: str) -> str:
+        """The weather in a city."""
+        called.append(city)
+        return "sunny"
+
+    client = AsyncOpenAI(base_url=f"{backend.gateway}/v1", api_key=backend.api_key, max_retries=0)
+    agent = Agent(
+        name="weather",
+        instructions="Answer briefly.",
+        tools=[get_weather],
+        # The details pool's vLLM runs a tool parser: the agent's second turn (tool_choice reset to
+        # auto) needs one; the first is forced so the round trip happens whatever the tiny model says.
+        model=OpenAIResponsesModel(model="tiny-details", openai_client=client),
+        model_settings=ModelSettings(tool_choice="required", max_tokens=48, temperature=0),
+    )
+    result = Runner.run_sync(agent, "Weather in Paris?", max_turns=4)
+    assert called and isinstance(result.final_output, str)
+
+
+def test_langchain_chat_openai_with_the_responses_api(backend: Backend) -> None:
+    from langchain_openai import ChatOpenAI
+
+    llm = ChatOpenAI(
+        model="tiny",
+        base_url=f"{backend.gateway}/v1",
+        api_key=backend.api_key,  # type: ignore[arg-type,unused-ignore]
+        use_responses_api=True,
+        max_tokens=8,  # type: ignore[call-arg,unused-ignore]
+        temperature=0,
+        max_retries=0,
+    )
+    text, _, completion_tokens = _chat_text(backend)
+    msg = llm.invoke(QUESTION)
+    assert msg.text == text
+    assert msg.usage_metadata is not None and msg.usage_metadata["output_tokens"] == completion_tokens
+
+
+# -- Anthropic Messages ------------------------------------------------------------------------------
+
+
+def test_messages_create_and_stream_say_what_chat_says(backend: Backend) -> None:
+    text, prompt_tokens, completion_tokens = _chat_text(backend)
+    client = _anthropic(backend)
+    raw = client.messages.with_raw_response.create(
+        model="tiny", max_tokens=8, extra_body=GREEDY, messages=[{"role": "user", "content": QUESTION}]
+    )
+    msg = raw.parse()
+    assert raw.headers["x-llmgw-tier"] == "one"
+    assert msg.type == "message" and msg.role == "assistant" and msg.model == "tiny"
+    assert "".join(b.text for b in msg.content if b.type == "text") == text
+    assert msg.stop_reason in ("end_turn", "max_tokens")
+    assert (msg.usage.input_tokens, msg.usage.output_tokens) == (prompt_tokens, completion_tokens)
+    with client.messages.stream(
+        model="tiny", max_tokens=8, extra_body=GREEDY, messages=[{"role": "user", "content": QUESTION}]
+    ) as stream:
+        streamed = "".join(stream.text_stream)
+        final = stream.get_final_message()
+    assert streamed == text
+    assert final.usage.output_tokens == completion_tokens and final.stop_reason == msg.stop_reason
+    count = client.messages.count_tokens(model="tiny", messages=[{"role": "user", "content": QUESTION}])
+    # An estimate (the pool's calibrated one), not the engine's tokenizer: within a factor of two.
+    assert prompt_tokens / 2 <= count.input_tokens <= prompt_tokens * 2
+
+
+def test_messages_tool_round_trip(backend: Backend) -> None:
+    client = _anthropic(backend)
+    tool: Any = {"name": "get_weather", "description": "Weather in a city", "input_schema": WEATHER}
+    first = client.messages.create(
+        model="tiny",
+        max_tokens=48,
+        tools=[tool],
+        tool_choice={"type": "any"},
+        messages=[{"role": "user", "content": "Weather in Paris?"}],
+    )
+    uses = [b for b in first.content if b.type == "tool_use"]
+    assert first.stop_reason == "tool_use" and uses and uses[0].name == "get_weather"
+    assert isinstance(uses[0].input, dict) and isinstance(uses[0].input.get("city"), str)
+    turns: Any = [
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": [u.model_dump() for u in uses]},
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": uses[0].id, "content": "sunny"}],
+        },
+    ]
+    second = client.messages.create(
+        model="tiny", max_tokens=8, tools=[tool], tool_choice={"type": "none"}, messages=turns
+    )
+    assert second.stop_reason in ("end_turn", "max_tokens")
+    assert second.usage.input_tokens > first.usage.input_tokens
+
+
+def test_messages_errors_are_anthropic_shaped(backend: Backend) -> None:
+    client = _anthropic(backend)
+    with pytest.raises(anthropic.NotFoundError) as missing:
+        client.messages.create(model="nope", max_tokens=8, messages=[{"role": "user", "content": "hi"}])
+    assert missing.value.body["type"] == "error"  # type: ignore[index]
+    assert missing.value.body["error"]["type"] == "not_found_error"  # type: ignore[index]
+    with pytest.raises(anthropic.AuthenticationError):
+        anthropic.Anthropic(base_url=backend.gateway, api_key="sk-wrong", max_retries=0).messages.create(
+            model="tiny", max_tokens=8, messages=[{"role": "user", "content": "hi"}]
+        )
+    image: Any = {
+        "type": "image",
+        "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0KGgo="},
+    }
+    with pytest.raises(anthropic.BadRequestError) as bad:
+        client.messages.create(model="tiny", max_tokens=8, messages=[{"role": "user", "content": [image]}])
+    assert bad.value.status_code == 400  # a text-only engine refuses an image, in Anthropic's shape
+    assert bad.value.body["error"]["type"] == "invalid_request_error"  # type: ignore[index]
+
+
+# -- model retrieval, and `auto` on every endpoint ---------------------------------------------------
+
+
+def test_models_retrieve(backend: Backend) -> None:
+    client = backend.through_gateway()
+    assert client.models.retrieve("tiny").id == "tiny"
+    with pytest.raises(openai.NotFoundError):
+        client.models.retrieve("not-an-alias")
+
+
+@pytest.mark.parametrize("prompt,tier", [(EASY, "one"), (HARD, "details")])
+def test_auto_picks_the_tier_by_difficulty_on_every_endpoint(
+    backend: Backend, prompt: str, tier: str
+) -> None:
+    client = backend.through_gateway()
+    msgs: Any = [{"role": "user", "content": prompt}]
+    seen: dict[str, Any] = {
+        "chat": client.chat.completions.with_raw_response.create(model="auto", messages=msgs, max_tokens=2),
+        "completions": client.completions.with_raw_response.create(model="auto", prompt=prompt, max_tokens=2),
+        "responses": client.responses.with_raw_response.create(
+            model="auto", input=prompt, max_output_tokens=2
+        ),
+        "messages": _anthropic(backend).messages.with_raw_response.create(
+            model="auto", max_tokens=2, messages=msgs
+        ),
+    }
+    tiers = {endpoint: raw.headers["x-llmgw-tier"] for endpoint, raw in seen.items()}
+    assert tiers == dict.fromkeys(seen, tier)
+    difficulties = {raw.headers["x-llmgw-difficulty"] for raw in seen.values()}
+    assert len(difficulties) == 1  # the same prompt scored the same on every endpoint

@@ -1,0 +1,241 @@
+"""Responses and Anthropic Messages through the real gateway (one simulator, memory budgets): budgets cut a
+stream with the dialect's own max-tokens ending and settle it to the pool's usage; the cache keys by
+endpoint; bad input on every new endpoint is a 4xx in that API's error shape; `x-llmgw-tier` on every
+answer. The SDK conformance of both dialects (simulator and real vLLM) is tests/conformance."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import httpx
+import openai
+import pytest
+
+from gateway.tenancy.keys import generate_key, hash_key
+from tests.support.procs import free_port, running, sim_args
+from tests.support.prom import metric
+
+pytestmark = pytest.mark.e2e
+
+HI: Any = [{"role": "user", "content": "Hello there, how are you?"}]
+
+
+@dataclass(frozen=True)
+class Dialects:
+    url: str
+    keys: dict[str, str]
+
+    def openai(self, key: str = "basic") -> openai.OpenAI:
+        return openai.OpenAI(base_url=f"{self.url}/v1", api_key=self.keys[key], max_retries=0, timeout=30)
+
+    def anthropic(self, key: str = "basic") -> anthropic.Anthropic:
+        return anthropic.Anthropic(base_url=self.url, api_key=self.keys[key], max_retries=0, timeout=30)
+
+    def metrics(self) -> str:
+        return httpx.get(f"{self.url}/metrics", timeout=5).text
+
+
+@pytest.fixture(scope="module")
+def dialects(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dialects]:
+    tmp: Path = tmp_path_factory.mktemp("dialects")
+    sim_port, gw_port = free_port(), free_port()
+    names = ("basic", "cut_r", "cut_m")
+    keys = {name: generate_key() for name in names}
+    limits = {
+        "basic": "",
+        "cut_r": ", limits: {output_tokens_per_min: 120}",
+        "cut_m": ", limits: {output_tokens_per_min: 120}",
+    }
+    key_lines = "\n".join(
+        f"    - {{id: {n}, sha256: {hash_key(keys[n])}, org: acme, app: {n}{limits[n]}}}" for n in names
+    )
+    policy = tmp / "policy.yaml"
+    policy.write_text(
+        f"""\
+pools:
+  - name: p
+    model: sim
+    endpoints: {{static: ["http://127.0.0.1:{sim_port}"]}}
+models:
+  - name: short
+    route: {{pool: p}}
+    max_tokens: {{default: 16, cap: 64}}
+    cache: {{default: deterministic, ttl_s: 30}}
+  - {{name: long, route: {{pool: p}}, max_tokens: {{default: 1000, cap: 1000}}}}
+limits:
+  backend: memory
+  stream_chunk_tokens: 40
+tenancy:
+  keys:
+{key_lines}
+"""
+    )
+    with ExitStack() as es:
+        # Every answer runs to its max_tokens (no early end): a budget cut is the only way to stop one.
+        sim = sim_args(
+            sim_port, "sim", "--profile", "instant", "--step-base-ms", "5",
+            "--output-len-mean", "5000", "--output-len-sigma", "0",
+        )  # fmt: skip
+        es.enter_context(running(sim, f"http://127.0.0.1:{sim_port}/health", log=tmp / "sim.log"))
+        gw = ["serve", "--config", str(policy), "--port", str(gw_port)]
+        es.enter_context(running(gw, f"http://127.0.0.1:{gw_port}/readyz", log=tmp / "gateway.log"))
+        yield Dialects(f"http://127.0.0.1:{gw_port}", keys)
+
+
+def _output_tokens(text: str) -> float:
+    return metric(text, "llmgw_tokens_total", 'direction="output",model="long"')
+
+
+def test_streamed_responses_cut_by_the_budget_end_incomplete_and_settle(dialects: Dialects) -> None:
+    before = _output_tokens(dialects.metrics())
+    events = list(
+        dialects.openai("cut_r").responses.create(model="long", input="Tell a long story.", stream=True)
+    )
+    last = events[-1]
+    assert last.type == "response.incomplete"
+    resp = last.response  # type: ignore[union-attr,unused-ignore]
+    assert resp.status == "incomplete" and resp.incomplete_details is not None
+    assert resp.incomplete_details.reason == "max_output_tokens"
+    deltas = [e for e in events if e.type == "response.output_text.delta"]
+    assert resp.usage is not None and resp.usage.output_tokens == len(deltas)
+    assert 40 <= resp.usage.output_tokens <= 120  # at least one metered chunk, never past the budget
+    assert _output_tokens(dialects.metrics()) - before == resp.usage.output_tokens  # settled to usage
+
+
+def test_streamed_messages_cut_by_the_budget_end_with_max_tokens_and_settle(dialects: Dialects) -> None:
+    before = _output_tokens(dialects.metrics())
+    # max_tokens is required by the API: a generous ceiling is metered as the stream runs, not reserved
+    # whole (1,000 > the key's 120 a minute would be refused outright).
+    with dialects.anthropic("cut_m").messages.stream(model="long", max_tokens=1000, messages=HI) as stream:
+        pieces = list(stream.text_stream)
+        final = stream.get_final_message()
+    assert final.stop_reason == "max_tokens"
+    assert final.usage.output_tokens == len(pieces)
+    assert 40 <= final.usage.output_tokens <= 120
+    assert _output_tokens(dialects.metrics()) - before == final.usage.output_tokens
+
+
+def test_the_cache_keys_by_endpoint_and_answers_in_the_dialect(dialects: Dialects) -> None:
+    client = dialects.openai()
+    ask: Any = {"model": "short", "input": "cache me", "max_output_tokens": 8, "temperature": 0}
+    first = client.responses.with_raw_response.create(**ask)
+    second = client.responses.with_raw_response.create(**ask)
+    assert first.headers["x-llmgw-cache-status"] == "miss" and first.headers["x-llmgw-tier"] == "p"
+    assert second.headers["x-llmgw-cache-status"] == "hit" and second.headers["x-llmgw-tier"] == "cache"
+    assert second.parse().output_text == first.parse().output_text
+    chat = client.chat.completions.with_raw_response.create(
+        model="short", messages=[{"role": "user", "content": "cache me"}], max_tokens=8, temperature=0
+    )
+    assert chat.headers["x-llmgw-cache-status"] == "miss"  # the same question on another endpoint
+    ant = dialects.anthropic()
+    msgs: Any = [{"role": "user", "content": "cache me"}]
+    a = ant.messages.with_raw_response.create(
+        model="short", max_tokens=8, messages=msgs, extra_body={"temperature": 0}
+    )
+    b = ant.messages.with_raw_response.create(
+        model="short", max_tokens=8, messages=msgs, extra_body={"temperature": 0}
+    )
+    assert (a.headers["x-llmgw-cache-status"], b.headers["x-llmgw-cache-status"]) == ("miss", "hit")
+    assert b.parse().content == a.parse().content
+
+
+def test_direct_answers_say_their_tier(dialects: Dialects) -> None:
+    raw = dialects.openai().chat.completions.with_raw_response.create(model="long", messages=HI, max_tokens=2)
+    assert raw.headers["x-llmgw-tier"] == "p"
+    with dialects.openai().chat.completions.with_streaming_response.create(
+        model="long", messages=HI, max_tokens=2, stream=True
+    ) as streamed:
+        assert streamed.headers["x-llmgw-tier"] == "p"
+
+
+OPENAI_SHAPED = {"message", "type", "param", "code"}
+BAD_RESPONSES = [
+    ({"model": "short"}, "input"),
+    ({"model": "short", "input": 7}, "input"),
+    ({"model": "short", "input": [{"type": "web_search_call", "id": "x"}]}, "input[0]"),
+    ({"model": "short", "input": "hi", "previous_response_id": "resp_1"}, "previous_response_id"),
+    ({"model": "short", "input": "hi", "max_output_tokens": 0}, "max_output_tokens"),
+    ({"model": "short", "input": "hi", "tools": [{"type": "web_search"}]}, "tools[0]"),
+    ({"input": "hi"}, "model"),
+]
+
+
+@pytest.mark.parametrize("body,param", BAD_RESPONSES)
+def test_bad_responses_input_is_an_openai_400(dialects: Dialects, body: dict[str, Any], param: str) -> None:
+    resp = httpx.post(
+        f"{dialects.url}/v1/responses",
+        json=body,
+        headers={"authorization": f"Bearer {dialects.keys['basic']}"},
+        timeout=10,
+    )
+    assert resp.status_code == 400, resp.text
+    err = resp.json()["error"]
+    assert set(err) == OPENAI_SHAPED and (err["param"] or "").startswith(param), err
+
+
+BAD_MESSAGES = [
+    ("/v1/messages", {"model": "short", "messages": HI}),  # no max_tokens
+    ("/v1/messages", {"model": "short", "max_tokens": 8}),  # no messages
+    ("/v1/messages", {"model": "short", "max_tokens": "8", "messages": HI}),
+    ("/v1/messages", {"model": "short", "max_tokens": 8, "messages": [{"role": "system", "content": "x"}]}),
+    (
+        "/v1/messages",
+        {"model": "short", "max_tokens": 8, "messages": [{"role": "user", "content": [{"type": "nope"}]}]},
+    ),
+    (
+        "/v1/messages",
+        {
+            "model": "short",
+            "max_tokens": 8,
+            "messages": HI,
+            "tools": [{"type": "web_search_20250305", "name": "w"}],
+        },
+    ),
+    ("/v1/messages/count_tokens", {"model": "short"}),
+    ("/v1/messages/count_tokens", {"model": "short", "messages": "hi"}),
+]
+
+
+@pytest.mark.parametrize("path,body", BAD_MESSAGES)
+def test_bad_messages_input_is_an_anthropic_400(dialects: Dialects, path: str, body: dict[str, Any]) -> None:
+    resp = httpx.post(
+        f"{dialects.url}{path}", json=body, headers={"x-api-key": dialects.keys["basic"]}, timeout=10
+    )
+    assert resp.status_code == 400, resp.text
+    data = resp.json()
+    assert data["type"] == "error" and data["error"]["type"] == "invalid_request_error", data
+    assert set(data["error"]) == {"type", "message"}
+
+
+def test_messages_errors_before_the_body_are_anthropic_shaped(dialects: Dialects) -> None:
+    url = f"{dialects.url}/v1/messages"
+    body = {"model": "short", "max_tokens": 8, "messages": HI}
+    no_key = httpx.post(url, json=body, timeout=10)
+    assert no_key.status_code == 401 and no_key.json()["error"]["type"] == "authentication_error"
+    not_json = httpx.post(url, content=b"{nope", headers={"x-api-key": dialects.keys["basic"]}, timeout=10)
+    assert not_json.status_code == 400 and not_json.json()["type"] == "error"
+    unknown = httpx.post(url, json={**body, "model": "nope"}, headers={"x-api-key": dialects.keys["basic"]})
+    assert unknown.status_code == 404 and unknown.json()["error"]["type"] == "not_found_error"
+    # Bearer works too (some Anthropic clients send it), and count_tokens answers the estimate.
+    counted = httpx.post(
+        f"{url}/count_tokens",
+        json={"model": "short", "messages": HI},
+        headers={"authorization": f"Bearer {dialects.keys['basic']}"},
+        timeout=10,
+    )
+    assert counted.status_code == 200 and counted.json()["input_tokens"] > 0
+
+
+def test_models_retrieve_only_callable_aliases(dialects: Dialects) -> None:
+    client = dialects.openai()
+    assert client.models.retrieve("short").id == "short"
+    with pytest.raises(openai.NotFoundError) as missing:
+        client.models.retrieve("gpt-4o")
+    assert missing.value.code == "model_not_found"
+    unauth = httpx.get(f"{dialects.url}/v1/models/short", timeout=5)
+    assert unauth.status_code == 401
