@@ -149,20 +149,27 @@ def _stream_flags(body: dict[str, Any]) -> tuple[bool, bool, bool]:
     return stream, include, include and bool(opts.get("continuous_usage_stats", False))
 
 
-def _text_of(content: Any) -> str:
+# Content parts a text-only model cannot take: vLLM 0.32 refuses them ("<model> is not a multimodal model").
+_MEDIA_PARTS = frozenset({"image_url", "input_audio", "video_url", "audio_url", "image", "image_embeds"})
+
+
+def _text_of(content: Any, model: str) -> str:
     if content is None:
         return ""
     if isinstance(content, str):
         return content
     if isinstance(content, list):
+        if any(isinstance(p, dict) and p.get("type") in _MEDIA_PARTS for p in content):
+            raise bad_request(f"{model} is not a multimodal model")
         return "".join(
             p.get("text", "") for p in content if isinstance(p, dict) and isinstance(p.get("text"), str)
         )
     raise bad_request("message content must be a string or a list of content parts", "messages")
 
 
-def render_chat(messages: Any, tools: Any) -> tuple[str, str]:
-    """The prompt string (a simple role-tag template) and the last user message (the replay key)."""
+def render_chat(messages: Any, tools: Any, model: str = "model") -> tuple[str, str]:
+    """The prompt string (a simple role-tag template) and the last user message (the replay key).
+    `model`: the served name, for the refusal of media parts (the simulated model reads text only)."""
     if messages is None:
         raise validation_error("missing", "body.messages", "Field required", {})
     if not isinstance(messages, list) or not messages:
@@ -174,7 +181,7 @@ def render_chat(messages: Any, tools: Any) -> tuple[str, str]:
     for m in messages:
         if not isinstance(m, dict) or not isinstance(m.get("role"), str):
             raise bad_request("each message must be an object with a string role", "messages")
-        text = _text_of(m.get("content"))
+        text = _text_of(m.get("content"), model)
         if m.get("tool_calls"):
             text += orjson.dumps(m["tool_calls"]).decode()
         if m["role"] == "user":
@@ -326,7 +333,7 @@ def _build(
 
 
 def parse_chat(ctx: Context, body: dict[str, Any]) -> Job:
-    prompt, last_user = render_chat(body.get("messages"), body.get("tools"))
+    prompt, last_user = render_chat(body.get("messages"), body.get("tools"), ctx.served_names[0])
     param = "max_completion_tokens"
     requested = _int(body, param, None, 1)
     if requested is None:

@@ -42,9 +42,17 @@ SIM_FLAGS = (
     "65536",
 )
 DETAILS = ("--enable-prompt-tokens-details",)
-# Replica 1's vLLM also parses tool calls (tool_choice "auto" needs a parser; the tiny model's text is
-# no call, so it answers text): openai-agents resets tool_choice to auto after a tool ran.
-VLLM_TOOLS = ("--enable-auto-tool-choice", "--tool-call-parser", "pythonic")
+# Replica 1's vLLM also parses tool calls: vLLM 0.32 needs a parser for tool_choice "required" and
+# "auto" (the tiny model's free text is no call, so "auto" answers text). Its structured output allows
+# no free whitespace, so a random model's JSON ends (with it, xgrammar lets it pad with whitespace
+# until max_tokens): the dialects' tool round trips and json_schema answers run on it (`tiny-details`).
+VLLM_TOOLS = (
+    "--enable-auto-tool-choice",
+    "--tool-call-parser",
+    "pythonic",
+    "--structured-outputs-config",
+    '{"backend": "xgrammar", "disable_any_whitespace": true}',
+)
 # Two prompts the shipped router model scores far apart: `auto` sends them to different tiers.
 EASY = "hi"
 HARD = (

@@ -25,6 +25,7 @@ pytestmark = pytest.mark.conformance
 
 QUESTION = "Name a colour."
 GREEDY: Any = {"temperature": 0}  # anthropic 2.x takes no temperature argument: sent as an extra field
+TOOLED = "tiny-details"  # replica 1: its vLLM parses tool calls and ends structured output (conftest)
 WEATHER = {
     "type": "object",
     "properties": {"city": {"type": "string", "maxLength": 12}},
@@ -113,14 +114,14 @@ def test_responses_stream_says_what_unary_says_settled_to_the_engine(backend: Ba
 def test_responses_function_tool_round_trip(backend: Backend) -> None:
     client = backend.through_gateway()
     first = client.responses.create(
-        model="tiny", input="Weather in Paris?", tools=[FN_TOOL], tool_choice="required", max_output_tokens=48
+        model=TOOLED, input="Weather in Paris?", tools=[FN_TOOL], tool_choice="required", max_output_tokens=48
     )
     calls = [o for o in first.output if o.type == "function_call"]
     assert calls and calls[0].name == "get_weather"
     args = json.loads(calls[0].arguments)
     assert isinstance(args.get("city"), str)
     second = client.responses.create(
-        model="tiny",
+        model=TOOLED,
         input=[
             {"role": "user", "content": "Weather in Paris?"},
             {
@@ -142,19 +143,20 @@ def test_responses_function_tool_round_trip(backend: Backend) -> None:
 
 def test_responses_json_schema(backend: Backend) -> None:
     resp = backend.through_gateway().responses.create(
-        model="tiny",
+        model=TOOLED,
         input="A city, as JSON.",
         text={"format": {"type": "json_schema", "name": "city", "schema": WEATHER, "strict": True}},
         max_output_tokens=64,
         temperature=0,
     )
-    if resp.status == "completed":
-        assert isinstance(json.loads(resp.output_text)["city"], str)
+    assert resp.status == "completed", resp.incomplete_details
+    assert isinstance(json.loads(resp.output_text)["city"], str)
 
 
 def test_openai_agents_default_model_with_a_function_tool(backend: Backend) -> None:
     from agents import Agent, ModelSettings, Runner, function_tool, set_tracing_disabled
     from agents.models.openai_responses import OpenAIResponsesModel
+    from pydantic import BaseModel, Field
 
     set_tracing_disabled(True)
     called: list[str] = []
@@ -165,18 +167,24 @@ def test_openai_agents_default_model_with_a_function_tool(backend: Backend) -> N
         called.append(city)
         return "sunny"
 
+    class Answer(BaseModel):
+        # A typed final output (text.format json_schema): a random model's free text would run to
+        # max_tokens, which agents reports as an error; a schema's end ends the answer.
+        summary: str = Field(max_length=12)
+
     client = AsyncOpenAI(base_url=f"{backend.gateway}/v1", api_key=backend.api_key, max_retries=0)
     agent = Agent(
         name="weather",
         instructions="Answer briefly.",
         tools=[get_weather],
-        # The details pool's vLLM runs a tool parser: the agent's second turn (tool_choice reset to
-        # auto) needs one; the first is forced so the round trip happens whatever the tiny model says.
-        model=OpenAIResponsesModel(model="tiny-details", openai_client=client),
-        model_settings=ModelSettings(tool_choice="required", max_tokens=48, temperature=0),
+        # The first turn is forced so the round trip happens whatever the tiny model says; agents then
+        # resets tool_choice (auto: answered with text by the pool's tool parser).
+        model=OpenAIResponsesModel(model=TOOLED, openai_client=client),
+        model_settings=ModelSettings(tool_choice="required", max_tokens=64, temperature=0),
+        output_type=Answer,
     )
     result = Runner.run_sync(agent, "Weather in Paris?", max_turns=4)
-    assert called and isinstance(result.final_output, str)
+    assert called and isinstance(result.final_output, Answer)
 
 
 def test_langchain_chat_openai_with_the_responses_api(backend: Backend) -> None:
@@ -228,7 +236,7 @@ def test_messages_tool_round_trip(backend: Backend) -> None:
     client = _anthropic(backend)
     tool: Any = {"name": "get_weather", "description": "Weather in a city", "input_schema": WEATHER}
     first = client.messages.create(
-        model="tiny",
+        model=TOOLED,
         max_tokens=48,
         tools=[tool],
         tool_choice={"type": "any"},
@@ -246,7 +254,7 @@ def test_messages_tool_round_trip(backend: Backend) -> None:
         },
     ]
     second = client.messages.create(
-        model="tiny", max_tokens=8, tools=[tool], tool_choice={"type": "none"}, messages=turns
+        model=TOOLED, max_tokens=8, tools=[tool], tool_choice={"type": "none"}, messages=turns
     )
     assert second.stop_reason in ("end_turn", "max_tokens")
     assert second.usage.input_tokens > first.usage.input_tokens
