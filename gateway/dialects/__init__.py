@@ -18,7 +18,22 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-__all__ = ["Dialect", "StreamTranslator"]
+__all__ = ["ENGINE_EXTRAS", "Dialect", "StreamTranslator", "engine_extras"]
+
+# vLLM's sampling extras (not in either API, sent by clients through `extra_body`): passed to the pool
+# untouched, as chat passes every unknown field; the pool validates them.
+ENGINE_EXTRAS = (
+    "ignore_eos", "min_tokens", "min_p", "top_k", "repetition_penalty", "presence_penalty",
+    "frequency_penalty", "stop", "stop_token_ids", "logit_bias", "seed",
+)  # fmt: skip
+
+
+def engine_extras(body: dict[str, Any], chat: dict[str, Any], own: frozenset[str] = frozenset()) -> None:
+    """Copy into `chat` the engine extras `body` has, except those the translation set and the API's
+    `own` fields of the same name (translated by the dialect's own rules)."""
+    for key in ENGINE_EXTRAS:
+        if key in body and key not in chat and key not in own:
+            chat[key] = body[key]
 
 
 class StreamTranslator(Protocol):

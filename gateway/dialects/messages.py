@@ -19,8 +19,9 @@ types, and server tools (`web_search_*`, `bash_*`, `text_editor_*`, `computer_*`
 Accepted and dropped: `thinking` (a reasoning pool's reasoning is not returned either),
 `service_tier`, `container`, `mcp_servers`, `context_management`, `inference_geo`, `speed`,
 `diagnostics`, `output_config.effort`, `cache_control` anywhere, tools' `strict` / `input_examples`
-/ `defer_loading`, blocks' `citations`. Any other unknown key is dropped silently, as the chat
-relay passes unknown chat fields through (Anthropic's beta fields would otherwise break clients).
+/ `defer_loading`, blocks' `citations`. Any other unknown key is dropped silently (vLLM's sampling
+extras excepted: `gateway.dialects.ENGINE_EXTRAS` pass to the pool), as the chat relay passes
+unknown chat fields through (Anthropic's beta fields would otherwise break clients).
 
 Answers (`from_chat`, `stream`, `error`): gateway.dialects._messages_stream.
 """
@@ -33,12 +34,13 @@ from typing import Any, Final
 
 import orjson
 
-from gateway.dialects import StreamTranslator
+from gateway.dialects import StreamTranslator, engine_extras
 from gateway.dialects._messages_stream import MessagesStream, error_body, message_of
 from gateway.errors import InvalidRequestError
 
 __all__ = ["MessagesDialect", "count_request"]
 
+_OWN_EXTRAS: Final = frozenset({"top_k"})  # Anthropic's own (0 means off: not sent)
 _DROPPED_BLOCKS: Final = frozenset({"thinking", "redacted_thinking"})
 _MEDIA_TYPES: Final = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
 _CHOICES: Final[Mapping[str, str]] = MappingProxyType({"auto": "auto", "any": "required", "none": "none"})
@@ -365,6 +367,7 @@ def _translate(body: Mapping[str, Any], *, count: bool) -> dict[str, Any]:
     response_format = _output_format(body.get("output_config"))
     if response_format is not None:
         chat["response_format"] = response_format
+    engine_extras(dict(body), chat, _OWN_EXTRAS)
     return chat
 
 

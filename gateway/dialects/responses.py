@@ -17,7 +17,8 @@ stores no responses: send the whole conversation as `input`); tools other than f
 file search, computer, MCP, ...); `input_image` by `file_id`; unknown item and part types. Accepted and
 not forwarded: `store` (the response says `store: false`), `metadata` (echoed in the response),
 `reasoning`, `truncation`, `include`, `service_tier`, `prompt_cache_key`, `safety_identifier`,
-`stream_options`, `text.verbosity`. Any other top-level key is dropped silently, as
+`stream_options`, `text.verbosity`. Any other top-level key is dropped silently (vLLM's sampling
+extras excepted: `gateway.dialects.ENGINE_EXTRAS` pass to the pool), as
 OpenAI-compatible servers do. Params in errors are named in the Responses API's terms
 (`input[3].content[0].type`).
 
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from gateway.dialects import engine_extras
 from gateway.dialects._responses_stream import (
     ResponsesStream,
     ending,
@@ -342,6 +344,7 @@ class ResponsesDialect:
             raise _bad("'input' must contain at least one message.", "input", "invalid_value")
         chat: dict[str, Any] = {"model": model, "messages": messages, **_sampling(body)}
         _tools_and_format(body, chat)
+        engine_extras(body, chat)
         stream = body.get("stream")
         if stream is not None and not isinstance(stream, bool):
             raise _wrong_type("stream", "a boolean")
