@@ -21,6 +21,8 @@ from typing import Any
 from fastapi import FastAPI
 
 from gateway.config import Policy
+from gateway.dialects.exchange import DialectSend
+from gateway.dialects.messages import MessagesDialect
 from gateway.edge.api import RELAY_PATHS, build_api
 from gateway.edge.drain import drain_on_sigterm
 from gateway.edge.exchange import Kind, Receive, RequestIds, Scope, Send, send_error
@@ -152,6 +154,8 @@ class GatewayApp:
         rt = self.runtime
         if rt is None or rt.draining:
             err = UpstreamUnavailableError("the gateway is starting or shutting down")
+            if kind in (Kind.MESSAGES, Kind.COUNT_TOKENS):  # in Anthropic's shape, as the relay would
+                send = DialectSend(send, MessagesDialect(), dict)
             await send_error(send, err, self.ids.of(scope))
             return
         await rt.relay.handle(kind, scope, receive, send)
