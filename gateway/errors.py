@@ -83,6 +83,11 @@ class NotFoundError(GatewayError):
 class ModelNotFoundError(NotFoundError):
     default_code = "model_not_found"
 
+    @classmethod
+    def of(cls, alias: str) -> ModelNotFoundError:
+        """The 404 for a model name the caller may not use, whether or not it exists."""
+        return cls(f"The model '{alias}' does not exist or you do not have access to it.", param="model")
+
 
 class MethodNotAllowedError(GatewayError):
     status = 405

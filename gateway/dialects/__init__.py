@@ -58,6 +58,9 @@ class StreamTranslator(Protocol):
 
 class Dialect(Protocol):
     name: str  # the endpoint label of metrics and logs: "responses" | "messages"
+    # The API requires max tokens, so clients send a generous ceiling rather than a size they need:
+    # a stream is then metered as it runs (like one without max tokens), not reserved whole.
+    max_tokens_is_ceiling: bool
 
     def to_chat(self, body: dict[str, Any]) -> dict[str, Any]:
         """The client's request as a Chat Completions request body. Validates what it translates:

@@ -19,6 +19,7 @@ import orjson
 
 from gateway.dialects import Dialect, StreamTranslator
 from gateway.edge.exchange import Message, Send
+from gateway.upstream.sse import data_of
 
 __all__ = ["DialectSend"]
 
@@ -45,6 +46,10 @@ class DialectSend:
         self._stream: StreamTranslator | None = None
         self._carry = b""  # an event split across two sends (the relay sends whole ones; defensive)
         self._ended = False  # the stream's last event was sent (an error ends it before [DONE])
+
+    @property
+    def dialect(self) -> Dialect:
+        return self._dialect
 
     @property
     def raw(self) -> Send:
@@ -115,7 +120,7 @@ class DialectSend:
         self._carry = data[end + 2 :]
         out: list[bytes] = []
         for event in data[:end].split(b"\n\n"):
-            payload = _data_of(event)
+            payload = data_of(event)
             if payload is None or self._ended:
                 continue
             if payload == _DONE:
@@ -135,9 +140,3 @@ class DialectSend:
             else:
                 out.append(stream.feed(chunk))
         return b"".join(out)
-
-
-def _data_of(event: bytes) -> bytes | None:
-    """An event's data (its `data:` lines joined by LF), or None for a comment-only event."""
-    lines = [line[5:].removeprefix(b" ") for line in event.split(b"\n") if line.startswith(b"data:")]
-    return b"\n".join(lines) if lines else None

@@ -382,6 +382,7 @@ class MessagesDialect:
     """Anthropic Messages (gateway.dialects.Dialect)."""
 
     name = "messages"
+    max_tokens_is_ceiling = True  # `max_tokens` is required
 
     def to_chat(self, body: dict[str, Any]) -> dict[str, Any]:
         return _translate(body, count=False)

@@ -327,6 +327,7 @@ class ResponsesDialect:
     """The OpenAI Responses API as a gateway.dialects.Dialect."""
 
     name = "responses"
+    max_tokens_is_ceiling = False  # `max_output_tokens` is optional: absent is open-ended
 
     def to_chat(self, body: dict[str, Any]) -> dict[str, Any]:
         if not isinstance(body, dict):

@@ -181,9 +181,7 @@ def _service_routes(api: FastAPI, app: GatewayApp) -> None:
     async def retrieve_model(model: str, request: Request) -> ModelCard:
         """One alias the caller's key may use; any other name is a 404 (whether or not it exists)."""
         if model not in await callable_aliases(request):
-            raise ModelNotFoundError(
-                f"The model '{model}' does not exist or you do not have access to it.", param="model"
-            )
+            raise ModelNotFoundError.of(model)
         return ModelCard(id=model, created=int(app.started_at), owned_by="llm-gateway")
 
     # HEAD too: load balancers and uptime checkers probe with it.

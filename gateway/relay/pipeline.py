@@ -205,9 +205,7 @@ class Relay:
         try:
             route = self._routes.any_route(ctx.alias)
         except KeyError:
-            raise ModelNotFoundError(
-                f"the model '{ctx.alias}' does not exist or you do not have access to it", param="model"
-            ) from None
+            raise ModelNotFoundError.of(ctx.alias) from None
         tokens = self._admit.count(route.pool.config.name, input_size(Kind.CHAT, ctx.body))
         await self._admissions.charge_request(self._ids.new().decode(), tenant)
         data = orjson.dumps({"input_tokens": tokens})
@@ -266,11 +264,9 @@ class Relay:
             raise InvalidRequestError(
                 f"the model '{ctx.alias}' does not support the {kind.value} endpoint", param="model"
             )
-        body = ctx.body
-        # Messages requires max_tokens (clients send a generous ceiling, not a size they need): a stream
-        # of it is metered as it runs like an open-ended one, not reserved whole.
-        ctx.open_ended = (
-            body.get("max_completion_tokens", body.get("max_tokens")) is None or ctx.endpoint is Kind.MESSAGES
+        body, reply = ctx.body, ctx.reply
+        ctx.open_ended = body.get("max_completion_tokens", body.get("max_tokens")) is None or (
+            reply is not None and reply.dialect.max_tokens_is_ceiling
         )
         prep = ctx.prep = prepare(kind, body, route.model, route.pool.config.model)
         ctx.stream = prep.stream

@@ -105,9 +105,7 @@ class Routes:
         over the tiers whose pools the key may use (`allowed`; empty: all)."""
         entry = self._routed.get(alias)
         if entry is None:
-            raise ModelNotFoundError(
-                f"the model '{alias}' does not exist or you do not have access to it", param="model"
-            )
+            raise ModelNotFoundError.of(alias)
         routed, routes = entry
         if kind is not Kind.CHAT and kind is not Kind.COMPLETIONS:
             raise InvalidRequestError(

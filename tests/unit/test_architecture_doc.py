@@ -21,10 +21,9 @@ LAYERS: list[tuple[str, ...]] = [
         "gateway.edge.openapi",
         "gateway.edge.protocol",
         "gateway.tenancy",
-        "gateway.dialects",
     ),
     ("gateway.observability",),
-    ("gateway.upstream", "gateway.budget"),
+    ("gateway.upstream", "gateway.budget", "gateway.dialects"),
     ("gateway.routing",),
     ("gateway.relay",),
     (
