@@ -86,3 +86,23 @@ def plot_cost_quality(
     if curves:
         ax.legend(loc="lower right")
     return _save(fig, path)
+
+
+def plot_learning_curve(
+    runs: Sequence[Sequence[Mapping[str, float]]], path: str | Path, title: str = "APGR vs labels"
+) -> Path:
+    """APGR of the memory-blended router against labels seen, one line per run, the prior dashed."""
+    if not runs or not any(runs):
+        raise ValueError("nothing to plot: no curve points")
+    fig = _figure()
+    ax = fig.add_subplot()
+    for n, points in enumerate(runs):
+        xs = [p["labels"] for p in points]
+        ax.plot(xs, [p["apgr"] for p in points], marker=".", linewidth=1.5, label=f"run {n + 1}")
+        ax.plot(xs, [p["apgr_prior"] for p in points], color="grey", linestyle="--", linewidth=1)
+    ax.set_xlabel("labelled rows in memory")
+    ax.set_ylabel("APGR on rows not yet labelled")
+    ax.set_title(title + " (dashed: prior alone)")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right")
+    return _save(fig, path)

@@ -3,6 +3,8 @@
     llmgw router train --data FILE... --out DIR [--exclude FILE...] [--pair-data FILE STRONG WEAK]...
     llmgw router eval  --model DIR --data FILE --strong M --weak M [--out DIR] [--prior-train FILE...]
     llmgw router score [--model DIR] --in FILE --out FILE
+    llmgw router replay --data FILE --out DIR [--prior DIR] [--seed N | --seeds N...] [--explore-rate R]
+                        [--judge recorded|agreement] [--memory FILE...] [--warmup N] [--rows N]
 
 `score` reads only `id` and `prompt` from each line (a production request has no task label or
 outcome) and writes `{"id", "difficulty"}` per line, in input order; without `--model` it uses the
@@ -79,6 +81,26 @@ def register(parser: argparse.ArgumentParser) -> None:
     s.add_argument("--in", dest="input", required=True, type=Path)
     s.add_argument("--out", required=True, type=Path)
     s.set_defaults(func=_score)
+
+    r = sub.add_parser("replay", help="simulate a deployment that learns from explored outcomes")
+    r.add_argument("--data", required=True, type=Path, help="routing JSONL file replayed as traffic")
+    r.add_argument("--prior", type=Path, help="difficulty artifact (default: the shipped artifact)")
+    r.add_argument("--strong", default=DEFAULT_STRONG)
+    r.add_argument("--weak", default=DEFAULT_WEAK)
+    r.add_argument("--seed", type=int, help="shuffle the rows with this seed (absent: file order)")
+    r.add_argument("--seeds", nargs="+", type=int, default=[], help="one run per seed (shuffled)")
+    r.add_argument("--explore-rate", type=float, default=0.05, help="share of cheap-routed rows explored")
+    r.add_argument("--judge", choices=("recorded", "agreement"), default="recorded")
+    r.add_argument("--memory", nargs="*", type=Path, default=[], help="files that seed the memory first")
+    r.add_argument("--warmup", type=int, default=0, help="labels before `apgr` starts counting rows")
+    r.add_argument("--rows", type=int, help="replay only the first N rows (after shuffling)")
+    r.add_argument("--k", type=int, default=64, help="neighbours per query")
+    r.add_argument("--blend-c", type=float, default=128.0, help="blend weight n_eff / (n_eff + c)")
+    r.add_argument("--target-share", type=float, default=0.3, help="strong share the threshold targets")
+    r.add_argument("--out", required=True, type=Path, help="directory for report.json and the PNG")
+    r.add_argument("--scores-out", type=Path, help="write {id, difficulty} per row as routed (first run)")
+    r.add_argument("--no-cache", action="store_true", help="do not read or write the embedding cache")
+    r.set_defaults(func=_replay)
 
 
 def _error(exc: BaseException) -> int:
@@ -198,4 +220,53 @@ def _score(args: argparse.Namespace) -> int:
     finally:
         model.close()
     print(f"scored {len(requests)} prompts with {model.identity} -> {args.out}", file=sys.stderr)
+    return 0
+
+
+def _replay(args: argparse.Namespace) -> int:
+    from eval.routing.data import RoutingDataError, load_rows
+    from eval.routing.embed_cache import DEFAULT_CACHE_DIR
+    from eval.routing.replay import ReplayConfig, prepare, replay
+    from eval.routing.replay_report import combine, format_text, write_outputs, write_scores
+    from router.artifact_error import RouterArtifactError
+    from router.difficulty import DifficultyModel
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    if not 0.0 <= args.explore_rate <= 1.0:
+        return _error(ValueError(f"--explore-rate must be in [0, 1], got {args.explore_rate}"))
+    try:
+        model = DifficultyModel.load(args.prior)
+    except RouterArtifactError as exc:
+        return _error(exc)
+    cache = None if args.no_cache else DEFAULT_CACHE_DIR
+    try:
+        data = prepare(load_rows(args.data), model, args.strong, args.weak, cache)
+        seeded = [prepare(load_rows(p), model, args.strong, args.weak, cache) for p in args.memory]
+        threshold = 1.0 - args.target_share  # the prior's difficulty is a training percentile
+        runs, first = [], None
+        for seed in args.seeds or [args.seed]:
+            cfg = ReplayConfig(
+                explore_rate=args.explore_rate,
+                judge=args.judge,
+                warmup=args.warmup,
+                seed=seed,
+                k=args.k,
+                blend_c=args.blend_c,
+                target_share=args.target_share,
+            )
+            report, routed, ids = replay(data, cfg, threshold, seeded, args.rows)
+            report |= {"strong": args.strong, "weak": args.weak, "data": str(args.data)}
+            report["prior"] = model.identity
+            runs.append(report)
+            first = first or (ids, routed)
+    except (RoutingDataError, ValueError, OSError) as exc:
+        return _error(exc)
+    finally:
+        model.close()
+    combined = combine(runs)
+    print(format_text(combined))
+    for path in write_outputs(combined, args.out):
+        print(f"wrote {path}")
+    if args.scores_out is not None and first is not None:
+        print(f"wrote {write_scores(args.scores_out, first[0], first[1])}")
     return 0
