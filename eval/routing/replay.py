@@ -2,7 +2,8 @@
 
 Prompts arrive in file order (or shuffled by a seed). Each is routed with the outcome memory as it is at
 that moment: difficulty = `router.memory.blend(prior, memory.neighbourhood(embedding))`, strong when it
-reaches the prior's threshold for `target_share`. At `explore_rate` a cheap-routed request is also
+reaches the live `target_share` quantile of the difficulties routed so far (the prior's training-mix
+threshold for the first few rows). At `explore_rate` a cheap-routed request is also
 "sent" to the strong tier: a judge decides whether the cheap answer was good enough, the outcome goes
 into the memory and the pair into the live estimate (`router.estimate`). The memory, judge and estimate
 are the same code the gateway runs; only the answers come from the file.
@@ -41,6 +42,7 @@ __all__ = ["CHECKPOINTS", "ReplayConfig", "ReplayData", "prepare", "replay"]
 
 JudgeKind = Literal["recorded", "agreement"]
 CHECKPOINTS: tuple[int, ...] = (0, 25, 50, 100, 200, 300, 500, 1000, 2000)
+_CALIBRATE_AFTER = 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,7 +166,12 @@ def replay(
         if after_warmup == order.size and len(memory) - seeded >= cfg.warmup:
             after_warmup = pos
         d = blend(data.prior[i], memory.neighbourhood(data.emb[i]), params)
-        routed[pos], to_strong[pos] = d, d >= threshold
+        # Live calibration: the cut follows the target share on the difficulties seen so far (the
+        # training-mix threshold routes a file of another domain almost all one way).
+        cut = (
+            threshold if pos < _CALIBRATE_AFTER else float(np.quantile(routed[:pos], 1.0 - cfg.target_share))
+        )
+        routed[pos], to_strong[pos] = d, d >= cut
         if to_strong[pos] or rng.random() >= cfg.explore_rate:
             continue
         explore_cost += data.strong_cost[i]
