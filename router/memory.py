@@ -16,8 +16,10 @@ similarities: many close neighbours outweigh the prior, a few distant ones barel
 
 from __future__ import annotations
 
+import math
 import struct
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -27,6 +29,7 @@ __all__ = ["BlendParams", "Neighbourhood", "OutcomeMemory", "blend", "from_recor
 F32 = npt.NDArray[np.float32]
 
 _LABEL = struct.Struct("<f")
+_PERCENTILE_SD = 1.0 / math.sqrt(12.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +37,7 @@ class BlendParams:
     """How strongly the memory overrides the prior: weight = n_eff / (n_eff + blend_c)."""
 
     blend_c: float = 128.0
+    scale: Literal["prior", "probability"] = "prior"
 
     def __post_init__(self) -> None:
         if not self.blend_c > 0:
@@ -46,6 +50,8 @@ class Neighbourhood:
 
     similarities: F32
     labels: F32
+    # Mean label over the whole memory: the live base rate the neighbours' share is judged against.
+    base_rate: float = 0.5
 
     @property
     def weights(self) -> F32:
@@ -107,18 +113,30 @@ class OutcomeMemory:
         k = min(self.k, self._size)
         top = np.argpartition(-sims, k - 1)[:k] if k < self._size else np.arange(self._size)
         top = top[np.argsort(-sims[top], kind="stable")]
-        return Neighbourhood(sims[top].astype(np.float32), self._labels[top].copy())
+        base = float(self._labels[: self._size].mean())
+        return Neighbourhood(sims[top].astype(np.float32), self._labels[top].copy(), base)
 
 
 def blend(prior: float, hood: Neighbourhood | None, cfg: BlendParams) -> float:
-    """The difficulty the policy uses: the prior, moved towards the neighbours' label by their weight."""
+    """The difficulty the policy uses: the prior, moved by the neighbours' evidence with their weight.
+
+    `scale="prior"` blends on the prior's scale: the prior is a training percentile (uniform, sd
+    1/sqrt(12)) while the neighbours' share is a probability around the live base rate, so the share's
+    deviation from that base rate, in base-rate standard deviations, is mapped onto the percentile's
+    spread. A plain mix (`scale="probability"`) instead drags every well-covered prompt towards the
+    base rate whatever its neighbours say, which reorders prompts by coverage, not by difficulty.
+    """
     if hood is None:
         return prior
     n = hood.n_eff
     if n <= 0:
         return prior
     w = n / (n + cfg.blend_c)
-    return (1.0 - w) * prior + w * hood.p_strong
+    if cfg.scale == "probability":
+        return (1.0 - w) * prior + w * hood.p_strong
+    b = min(max(hood.base_rate, 0.01), 0.99)
+    z = (hood.p_strong - b) / math.sqrt(b * (1.0 - b))
+    return min(max(prior + w * z * _PERCENTILE_SD, 0.0), 1.0)
 
 
 def to_record(embedding: np.ndarray, needs_strong: float) -> bytes:

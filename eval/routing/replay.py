@@ -53,6 +53,7 @@ class ReplayConfig:
     seed: int | None = None
     k: int = 64
     blend_c: float = 128.0
+    blend_scale: Literal["prior", "probability"] = "prior"
     target_share: float = 0.3
     capacity: int = 50_000
 
@@ -146,7 +147,7 @@ def replay(
     if rows is not None:
         order = order[:rows]
     memory = OutcomeMemory(data.emb.shape[1], cfg.capacity, cfg.k)
-    params = BlendParams(cfg.blend_c)
+    params = BlendParams(cfg.blend_c, cfg.blend_scale)
     for other in seeds_memory:
         for i in range(len(other.ids)):
             judged = _judged(other, i, cfg.judge)
@@ -202,6 +203,9 @@ def replay(
         "warmup": cfg.warmup,
         "rows_after_warmup": int(tail.size),
         "memory_seeded": seeded,
+        "k": cfg.k,
+        "blend_c": cfg.blend_c,
+        "blend_scale": cfg.blend_scale,
         "apgr_prior": _apgr(data.prior[tail], data, tail),
         "apgr": _apgr(d_tail, data, tail),
         # Exploration calls are strong calls too: they are added to the share needed.

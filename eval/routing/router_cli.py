@@ -96,6 +96,12 @@ def register(parser: argparse.ArgumentParser) -> None:
     r.add_argument("--rows", type=int, help="replay only the first N rows (after shuffling)")
     r.add_argument("--k", type=int, default=64, help="neighbours per query")
     r.add_argument("--blend-c", type=float, default=128.0, help="blend weight n_eff / (n_eff + c)")
+    r.add_argument(
+        "--blend-scale",
+        choices=("prior", "probability"),
+        default="prior",
+        help="blend the kNN share on the prior's percentile scale or mix it in as a probability",
+    )
     r.add_argument("--target-share", type=float, default=0.3, help="strong share the threshold targets")
     r.add_argument("--out", required=True, type=Path, help="directory for report.json and the PNG")
     r.add_argument("--scores-out", type=Path, help="write {id, difficulty} per row as routed (first run)")
@@ -252,6 +258,7 @@ def _replay(args: argparse.Namespace) -> int:
                 seed=seed,
                 k=args.k,
                 blend_c=args.blend_c,
+                blend_scale=args.blend_scale,
                 target_share=args.target_share,
             )
             report, routed, ids = replay(data, cfg, threshold, seeded, args.rows)

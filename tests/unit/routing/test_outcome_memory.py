@@ -45,7 +45,7 @@ def test_add_rejects_bad_input() -> None:
 
 
 def test_blend_weight_grows_with_neighbours() -> None:
-    cfg = BlendParams(blend_c=4.0)
+    cfg = BlendParams(blend_c=4.0, scale="probability")
     assert blend(0.3, None, cfg) == 0.3
     one = Neighbourhood(np.array([1.0], np.float32), np.array([1.0], np.float32))
     four = Neighbourhood(np.ones(4, np.float32), np.ones(4, np.float32))
@@ -62,3 +62,21 @@ def test_record_round_trip() -> None:
     np.testing.assert_allclose(emb, v / np.linalg.norm(v), atol=1e-3)
     with pytest.raises(ValueError):
         from_record(b"\x00")
+
+
+def test_blend_on_prior_scale_is_relative_to_base_rate() -> None:
+    cfg = BlendParams(blend_c=4.0)
+    at_base = Neighbourhood(np.ones(4, np.float32), np.array([1, 0, 0, 0], np.float32), base_rate=0.25)
+    assert blend(0.6, at_base, cfg) == pytest.approx(0.6)  # neighbours as hard as traffic: no move
+    hard = Neighbourhood(np.ones(4, np.float32), np.ones(4, np.float32), base_rate=0.25)
+    up = 0.5 * (0.75 / np.sqrt(0.25 * 0.75)) / np.sqrt(12)
+    assert blend(0.3, hard, cfg) == pytest.approx(0.3 + up, rel=1e-5)
+    assert blend(0.9, hard, cfg) == 1.0
+
+
+def test_neighbourhood_carries_memory_base_rate() -> None:
+    mem = OutcomeMemory(dim=8, capacity=10, k=1)
+    for label in (1.0, 0.0, 0.0, 0.0):
+        mem.add(_unit(0), label)
+    hood = mem.neighbourhood(_unit(0))
+    assert hood is not None and hood.base_rate == pytest.approx(0.25)

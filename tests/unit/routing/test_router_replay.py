@@ -30,9 +30,9 @@ def test_memory_learns_what_the_prior_misses() -> None:
     assert len(routed) == len(ids) == 400
     assert report["labels"] > 100
     assert abs(report["apgr_prior"] - 0.5) < 0.1
-    assert report["apgr"] > report["apgr_prior"] + 0.2
+    assert report["apgr"] > report["apgr_prior"] + 0.15
     last = report["curve"][-1]
-    assert last["apgr"] > last["apgr_prior"] + 0.2
+    assert last["apgr"] > last["apgr_prior"] + 0.15
 
 
 def test_estimate_tracks_truth_and_no_exploration_learns_nothing() -> None:
