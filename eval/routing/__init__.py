@@ -1,7 +1,8 @@
 """Building and evaluating the router and cascade artifacts (design docs 006, 008, 009).
 
-Commands: `llmgw router train|eval|score` (`router_cli`: `train` -> a difficulty artifact in
-router/artifacts/, `router_eval` beside the `baselines`), `llmgw cascade eval|train-scorer|pool`
+Commands: `llmgw router train|eval|score|replay` (`router_cli`: `train` -> a difficulty artifact in
+router/artifacts/, `router_eval` beside the `baselines`, `replay` + `replay_report`),
+`llmgw cascade eval|train-scorer|pool`
 (`cascade_cli`: `cascade_eval`, `cascade_report`, `scorer_train`), `make router-encoder` / `make install`
 (`export_encoder`: the int8 ONNX MiniLM, with the committed delta in deltas/ applied through
 `encoder_delta`), `python -m eval.routing.finetune` (rebuilds that delta) and `make bench-router`
