@@ -14,7 +14,7 @@ import pytest
 
 from gateway.tenancy.keys import generate_key, hash_key
 from tests.support.procs import free_port, running, sim_args, write_policy
-from tests.support.redis_server import REDIS_SERVER, RedisServer
+from tests.support.redis_server import RedisServer, start_any
 
 
 @dataclass(frozen=True)
@@ -27,11 +27,7 @@ class Replicas:
 @pytest.fixture(scope="module")
 def replicas(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Replicas]:
     tmp: Path = tmp_path_factory.mktemp("feedback-replicas")
-    redis = RedisServer(tmp, stack=REDIS_SERVER is None)  # redis-stack-server is a redis-server too
-    try:
-        redis.start()
-    except (RuntimeError, FileNotFoundError) as e:
-        pytest.skip(f"no redis-server: {e}")
+    redis = start_any(tmp)
     key = generate_key()
     sim_port = free_port()
     sim = f"http://127.0.0.1:{sim_port}"
