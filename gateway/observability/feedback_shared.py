@@ -2,8 +2,8 @@
 
 Remembering an answer is on the hot path of every request, so it never waits for Redis: `publish`
 appends the raw fields to a bounded in-process buffer (~0.5 µs; hashing and encoding happen in the
-flusher), and a background task flushes it every
-`flush_interval_s` (or as soon as `batch` records wait) as one pipeline of `SET key value EX ttl`.
+flusher), and a background task flushes it every `Flushing.interval_s` (or as soon as `batch`
+records wait) as one pipeline of `SET key value EX ttl`.
 Redis down or slow: the batch is dropped and counted (`llmgw_feedback_flush_errors_total`,
 `llmgw_feedback_dropped_records_total`); a full buffer drops new records the same way. Requests never
 fail or block because of this; those answers can then only be rated on the replica that served them.
