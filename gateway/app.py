@@ -29,6 +29,7 @@ from gateway.edge.exchange import Kind, Receive, RequestIds, Scope, Send, send_e
 from gateway.errors import (
     UpstreamUnavailableError,
 )
+from gateway.observability.feedback_shared import SharedFeedback
 from gateway.observability.metrics import Metrics
 from gateway.observability.observer import Observer
 from gateway.observability.request_log import RequestLog, request_logger
@@ -81,6 +82,15 @@ class GatewayApp:
             reqlog,
             tracing,
         )
+        if self.parts.redis is not None:  # feedback may then reach any replica
+            self.observer.feedback.share(
+                SharedFeedback(
+                    self.parts.redis,
+                    settings.feedback_ttl_s,
+                    self.parts.metrics.registry,
+                    policy.limits.key_prefix,
+                )
+            )
         self.api = build_api(self)
 
     @asynccontextmanager
@@ -88,6 +98,7 @@ class GatewayApp:
         parts = self.parts
         upstream = await UpstreamClients.start(self.policy, self.settings, parts.metrics)
         await parts.start()
+        await self.observer.feedback.start()
         if self.cache is not None:
             await self.cache.start()
         relay = Relay(
@@ -129,6 +140,7 @@ class GatewayApp:
     async def _close(self) -> None:
         if self.cache is not None:
             await self.cache.close()
+        await self.observer.feedback.close()
         await self.parts.close()
         provider = getattr(self.tracing, "provider", None)  # gateway.observability.otel.Tracing's SDK
         if provider is not None:

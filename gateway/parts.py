@@ -95,7 +95,7 @@ def build(policy: Policy, settings: Settings) -> Components:
             retry=Retry(NoBackoff(), 1),
             decode_responses=False,
         )
-        if tenancy.store == "redis" and settings.redis_url
+        if settings.redis_url  # also shares delivered answers for feedback (gateway.observability)
         else None
     )
     metrics = Metrics(policy)

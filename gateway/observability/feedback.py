@@ -10,18 +10,23 @@ One verdict per answer: a second rating gets 409, so the accepted / rejected cou
 be undone. `accepted: false` counts the answer in `llmgw_rejected_outputs_total`; `score` (0..1) is
 kept in a histogram per pool.
 
-Limitation: the map lives in the replica that served the request. With several gateway replicas,
-feedback must reach the same replica (the response header `x-request-id` carries the per-process id
-prefix; route feedback by it, or use session affinity) or it gets 404. A shared store (Redis, with
-the same TTL) is the way to lift this; the contract of this module would not change.
+Several replicas: with Redis configured (`LLMGW_REDIS_URL`) each delivered answer is also shared
+through Redis (gateway.observability.feedback_shared: buffered, flushed in the background, same TTL),
+so feedback may reach any replica: the local ring is asked first, then Redis. "Rated once" holds
+across replicas (a rated marker set with NX). Redis failing while a non-local answer is rated: 503;
+an answer the replica itself served is still rated locally. Without Redis the map is per replica:
+feedback must reach the replica that served the request, or it gets 404.
+
+`on_rated(callback)` registers `callback(org, request_id, accepted, score, delivered)`, called once
+per accepted rating (the router turns ratings of routed answers into outcomes); its errors are logged.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from array import array
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from fastapi import APIRouter, Request
 from prometheus_client import CollectorRegistry, Histogram
@@ -29,18 +34,15 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gateway.edge.exchange import RequestHeaders
 from gateway.edge.openapi import error_responses
-from gateway.errors import ConflictError, NotFoundError
+from gateway.errors import ConflictError, NotFoundError, UpstreamUnavailableError
 from gateway.observability.cost import CostMetrics
+from gateway.observability.feedback_shared import Delivered, FeedbackStoreUnavailable, SharedFeedback
 from gateway.tenancy.auth import Authenticator
 
+__all__ = ["Delivered", "Feedback", "FeedbackAck", "FeedbackRequest", "FeedbackStore", "OnRated"]
 
-@dataclass(frozen=True, slots=True)
-class Delivered:
-    pool: str
-    at: float
-    rated: bool
-
-
+OnRated = Callable[[str, str, bool, float | None, Delivered], None]
+_log = logging.getLogger("llmgw.feedback")
 _POOL_BITS = 16  # pool index in the low bits of an entry, delivery time (0.1 s ticks, +1) above
 
 
@@ -60,11 +62,13 @@ class FeedbackStore:
     client reusing its x-request-id gets the newest answer found; its rating starts afresh.
     """
 
-    def __init__(self, ttl_s: float, max_entries: int, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, ttl_s: float, max_entries: int, clock: Callable[[], float] = time.time) -> None:
         self._ttl = ttl_s
         self._clock = clock
         self._keys = array("q", bytes(8 * max_entries))
         self._values = array("q", bytes(8 * max_entries))  # 0: an empty slot
+        # Callers' opaque extras by slot: storing a reference allocates nothing.
+        self._extras: list[bytes | None] = [None] * max_entries
         self._next = 0
         self._rated: set[int] = set()
         self._pools: list[str] = []
@@ -75,7 +79,7 @@ class FeedbackStore:
         cutoff = (self._clock() - self._ttl) * 10
         return sum(1 for v in self._values if v and (v >> _POOL_BITS) - 1 >= cutoff)
 
-    def remember(self, org: str, request_id: str, pool: str) -> None:
+    def remember(self, org: str, request_id: str, pool: str, extra: bytes | None = None) -> None:
         pid = self._pool_ids.get(pool)
         if pid is None:
             pid = self._pool_ids[pool] = len(self._pools)
@@ -88,26 +92,29 @@ class FeedbackStore:
             self._rated.discard(key)  # a reused request id: the new answer is not rated yet
         self._keys[i] = key
         self._values[i] = (int(self._clock() * 10) + 1) << _POOL_BITS | pid
+        self._extras[i] = extra
         self._next = i + 1 if i + 1 < len(self._keys) else 0
 
     def find(self, org: str, request_id: str) -> Delivered | None:
         key = hash((org, request_id))
         keys, values = self._keys, self._values
-        best = 0
+        best = best_i = 0
         i = 0
         while True:
             try:
                 i = keys.index(key, i)
             except ValueError:
                 break
-            best = max(best, values[i])
+            if values[i] > best:
+                best, best_i = values[i], i
             i += 1
         if not best:
             return None
         at = ((best >> _POOL_BITS) - 1) / 10
         if self._clock() - at > self._ttl:
             return None
-        return Delivered(self._pools[best & ((1 << _POOL_BITS) - 1)], at, key in self._rated)
+        pool = self._pools[best & ((1 << _POOL_BITS) - 1)]
+        return Delivered(pool, at, key in self._rated, self._extras[best_i])
 
     def mark_rated(self, org: str, request_id: str) -> None:
         self._rated.add(hash((org, request_id)))
@@ -127,11 +134,13 @@ class FeedbackAck(BaseModel):
 
 
 class Feedback:
-    """The store, the metrics it feeds, and the route."""
+    """The store (local ring, plus Redis when shared), the metrics it feeds, and the route."""
 
     def __init__(self, store: FeedbackStore, cost: CostMetrics, registry: CollectorRegistry) -> None:
         self.store = store
+        self.shared: SharedFeedback | None = None
         self._cost = cost
+        self._on_rated: list[OnRated] = []
         self._score = Histogram(
             "llmgw_feedback_score",
             "Scores given with feedback (0..1), by answering pool",
@@ -140,18 +149,56 @@ class Feedback:
             registry=registry,
         )
 
-    def rate(self, org: str, body: FeedbackRequest) -> None:
-        d = self.store.find(org, body.request_id)
+    def share(self, shared: SharedFeedback) -> None:
+        self.shared = shared
+
+    def on_rated(self, callback: OnRated) -> None:
+        self._on_rated.append(callback)
+
+    def remember(self, org: str, request_id: str, pool: str, extra: bytes | None = None) -> None:
+        """A delivered answer (hot path: local writes; the Redis copy is buffered)."""
+        self.store.remember(org, request_id, pool, extra)
+        if self.shared is not None:
+            self.shared.publish(org, request_id, pool, time.time(), extra)
+
+    async def start(self) -> None:
+        if self.shared is not None:
+            self.shared.start()
+
+    async def close(self) -> None:
+        if self.shared is not None:
+            await self.shared.close()
+
+    async def rate(self, org: str, body: FeedbackRequest) -> None:
+        rid = body.request_id
+        d = self.store.find(org, rid)
+        if d is not None and d.rated:
+            raise ConflictError(f"request '{rid}' was already rated", code="feedback_exists")
+        shared = self.shared
+        if shared is not None:
+            try:
+                d = d or await shared.find(org, rid)
+                if d is not None and (d.rated or not await shared.claim(org, rid)):
+                    raise ConflictError(f"request '{rid}' was already rated", code="feedback_exists")
+            except FeedbackStoreUnavailable as e:
+                if d is None:
+                    raise UpstreamUnavailableError(
+                        f"the feedback store is unavailable ({e})", code="feedback_store_unavailable"
+                    ) from None
+                # Served here: rated locally; only another replica could rate it a second time.
         if d is None:
-            raise NotFoundError(f"no answer with request id '{body.request_id}' to rate (or it expired)")
-        if d.rated:
-            raise ConflictError(f"request '{body.request_id}' was already rated", code="feedback_exists")
-        self.store.mark_rated(org, body.request_id)
+            raise NotFoundError(f"no answer with request id '{rid}' to rate (or it expired)")
+        self.store.mark_rated(org, rid)
         self._cost.feedback.labels(d.pool, "true" if body.accepted else "false").inc()
         if not body.accepted:
             self._cost.reject(org, d.pool)
         if body.score is not None:
             self._score.labels(d.pool).observe(body.score)
+        for callback in self._on_rated:
+            try:
+                callback(org, rid, body.accepted, body.score, d)
+            except Exception:  # a hook must not turn an accepted rating into an error
+                _log.exception("feedback on_rated hook failed")
 
     def router(self, auth: Authenticator) -> APIRouter:
         r = APIRouter()
@@ -166,7 +213,7 @@ class Feedback:
             h = RequestHeaders(request.scope)
             # Any alias: rating needs a valid key, not access to a particular model.
             principal = await auth.identify(h.authorization, api_key=h.api_key)
-            self.rate(principal.tenant.org, body)
+            await self.rate(principal.tenant.org, body)
             return FeedbackAck(request_id=body.request_id, accepted=body.accepted)
 
         return r

@@ -47,7 +47,7 @@ class Observer:
         self.cost = CostMetrics(policy, registry)
         self._prices = self.cost.prices
         self.feedback = Feedback(FeedbackStore(feedback_ttl_s, feedback_max_entries), self.cost, registry)
-        self._store = self.feedback.store
+        self._remember = self.feedback.remember
         self.log = request_log
         self.tracing: TraceHooks = tracing or NoTracing()
         self._tracer = self.tracing if self.tracing.enabled else None
@@ -86,7 +86,7 @@ class Observer:
                     self.cost.charge(org, pool, cost)
             if status == 200:
                 self.cost.accept(org, pool)
-                self._store.remember(org, req.rid.decode(), pool)
+                self._remember(org, req.rid.decode(), pool)
         if self.log is not None:
             self.log.write(req, cost, verdict)
         if req.span is not None:

@@ -87,3 +87,15 @@ class RedisServer:
             self.proc.kill()
             self.proc.wait()
             self.proc = None
+
+
+def start_any(workdir: Path) -> RedisServer:
+    """A started redis-server, else redis-stack-server (also a Redis); pytest.skip if neither runs."""
+    import pytest
+
+    server = RedisServer(workdir, stack=REDIS_SERVER is None)
+    try:
+        server.start()
+    except (RuntimeError, FileNotFoundError) as e:
+        pytest.skip(f"no redis-server: {e}")
+    return server

@@ -134,7 +134,7 @@ def test_cost_per_org_and_pool_and_per_accepted_output() -> None:
     assert metric(text, "llmgw_org_tokens_total", 'direction="input",org="acme",pool="cheap"') == 2_000_000
     # 5 USD over 2 accepted outputs; feedback rejecting one doubles it.
     assert metric(text, "llmgw_cost_per_accepted_output_usd", 'org="acme"') == pytest.approx(2.5)
-    obs.feedback.rate("acme", FeedbackRequest(request_id="a", accepted=False, score=0.2))
+    asyncio.run(obs.feedback.rate("acme", FeedbackRequest(request_id="a", accepted=False, score=0.2)))
     text = generate_latest(reg).decode()
     assert metric(text, "llmgw_rejected_outputs_total", 'org="acme",pool="cheap"') == 1
     assert metric(text, "llmgw_cost_per_accepted_output_usd", 'org="acme"') == pytest.approx(5.0)
@@ -147,12 +147,12 @@ def test_feedback_only_from_the_requests_org_and_once() -> None:
     _finish(obs, b"req-1", "chat", "chat", "cheap", _t("acme"), 200, False, 0.1, _ex(1, 1))
     _finish(obs, b"req-2", "chat", "chat", "cheap", _t("acme"), 500, False, 0.1, _ex())
     with pytest.raises(NotFoundError):
-        obs.feedback.rate("globex", FeedbackRequest(request_id="req-1", accepted=False))
+        asyncio.run(obs.feedback.rate("globex", FeedbackRequest(request_id="req-1", accepted=False)))
     with pytest.raises(NotFoundError):  # failed answers are not rated
-        obs.feedback.rate("acme", FeedbackRequest(request_id="req-2", accepted=True))
-    obs.feedback.rate("acme", FeedbackRequest(request_id="req-1", accepted=True))
+        asyncio.run(obs.feedback.rate("acme", FeedbackRequest(request_id="req-2", accepted=True)))
+    asyncio.run(obs.feedback.rate("acme", FeedbackRequest(request_id="req-1", accepted=True)))
     with pytest.raises(ConflictError):
-        obs.feedback.rate("acme", FeedbackRequest(request_id="req-1", accepted=False))
+        asyncio.run(obs.feedback.rate("acme", FeedbackRequest(request_id="req-1", accepted=False)))
 
 
 def test_feedback_store_is_bounded_and_expires() -> None:
