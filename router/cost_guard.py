@@ -33,7 +33,7 @@ class CostGuard:
         self,
         budget: float,
         window: int = 200,
-        rate: float = 0.05,
+        rate: float = 0.01,
         margin: float = 0.02,
         max_offset: float = 1.0,
     ) -> None:
