@@ -4,7 +4,7 @@ the strong tier, learnt from the difficulty scores the router sees (pure; no I/O
 Two DDSketches rotate every `window` observations (the older one is dropped), so the cut follows
 drift while always resting on at least `window` recent scores. The cut is the quantile
 1 - target + gain * (realized - target) of the merged sketches: the feedback term corrects the share
-actually routed strong (estimated over the last window) for the lag of the sketch. Replicas share
+actually routed strong (estimated over the last `feedback` requests) for the lag of the sketch. Replicas share
 sketches: each publishes `to_bytes()` (its own recent scores only) and calls `merge_bytes` with its
 peers' blobs, which replaces the previously merged peer state, so nothing is counted twice.
 """
@@ -25,7 +25,14 @@ _OFFSET = 1.0  # DDSketch is relative-error: shift [0, 1] away from 0 so low sco
 
 
 class LiveCalibration:
-    def __init__(self, target: float, window: int = 1000, min_samples: int = 200, gain: float = 4.0) -> None:
+    def __init__(
+        self,
+        target: float,
+        window: int = 1000,
+        min_samples: int = 200,
+        gain: float = 4.0,
+        feedback: int = 100,
+    ) -> None:
         if not 0.0 < target < 1.0:
             raise ValueError("target strong share must be in (0, 1)")
         if window < 1 or min_samples < 1 or gain < 0:
@@ -33,7 +40,8 @@ class LiveCalibration:
         self.target, self.window, self.min_samples, self.gain = target, window, min_samples, gain
         self._current, self._previous = DDSketch(_ACCURACY), DDSketch(_ACCURACY)
         self._peers: DDSketch | None = None
-        self._routed: deque[bool] = deque(maxlen=window)  # was each recent request at/above the cut
+        # Last `feedback` requests at/above their cut: short, so the term reacts within a window.
+        self._routed: deque[bool] = deque(maxlen=feedback)
         self._cut: float | None = None
 
     def observe(self, difficulty: float) -> None:
@@ -50,7 +58,7 @@ class LiveCalibration:
         return self._cut
 
     def realized_strong_share(self) -> float | None:
-        """Share of the last `window` requests routed strong under the live cut; None before any."""
+        """Share of the last `feedback` requests routed strong under the live cut; None before any."""
         return sum(self._routed) / len(self._routed) if self._routed else None
 
     def to_bytes(self) -> bytes:

@@ -54,3 +54,13 @@ def test_peers_merge_without_double_counting() -> None:
 def test_rejects_bad_target() -> None:
     with pytest.raises(ValueError):
         LiveCalibration(1.0)
+
+
+def test_domain_switch_windows_stay_near_target() -> None:
+    from eval.routing.calibration_replay import windows_after_switches
+
+    r = random.Random(6)
+    easy = [r.random() ** 3 for _ in range(2000)]
+    hard = [r.random() ** 0.3 for _ in range(1000)]
+    (after,) = windows_after_switches([easy, hard], 0.3)
+    assert len(after) == 5 and all(abs(s - 0.3) <= 0.07 for s in after)
