@@ -86,7 +86,15 @@ class Cascade:
             raise ValueError("a plan needs at least one step")
         return CascadeState(step=0), plan.steps[0]
 
-    def judge(self, plan: Plan, state: CascadeState, prompt: str, answers: Sequence[Answer]) -> Decision:
+    def judge(
+        self,
+        plan: Plan,
+        state: CascadeState,
+        prompt: str,
+        answers: Sequence[Answer],
+        threshold_offset: float = 0.0,
+    ) -> Decision:
+        """`threshold_offset` lowers every accept threshold (router/cost_guard.py's budget hook)."""
         step = plan.steps[state.step]
         if len(answers) != len(step.calls) or any(a.call not in step.calls for a in answers):
             raise ValueError(f"answers {[a.call for a in answers]} do not match step calls {step.calls}")
@@ -111,7 +119,12 @@ class Cascade:
             others = earlier + [o for o in ok if o is not answer]
             scores = [s.score(prompt, answer, others) for s, _ in self.scorers]
             rejected = next(
-                (s.reject_reason for (s, t), v in zip(self.scorers, scores, strict=True) if v < t), None
+                (
+                    s.reject_reason
+                    for (s, t), v in zip(self.scorers, scores, strict=True)
+                    if v < t - threshold_offset
+                ),
+                None,
             )
             if rejected is None:
                 if best is None or (scores[0], pos) >= best:

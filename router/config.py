@@ -46,6 +46,17 @@ class Tier(_Frozen):
     )
 
 
+class LiveCalibration(_Frozen):
+    """Learn the `target_strong_share` cut from live traffic (router/calibration.py); the artifact's
+    cut is used until `min_samples` scores are seen."""
+
+    window: int = Field(1000, ge=1, description="requests per sketch rotation (the cut rests on 1-2 windows)")
+    min_samples: int = Field(
+        200, ge=1, description="scores needed before the live cut replaces the artifact's"
+    )
+    gain: float = Field(4.0, ge=0, description="feedback of the realized strong share into the quantile")
+
+
 class Difficulty(_Frozen):
     """The difficulty model of a routed alias and overrides of its calibration: N-1 cut points over N
     tiers, or a strong share (neither: the artifact's calibration, tiers sharing traffic equally)."""
@@ -64,6 +75,11 @@ class Difficulty(_Frozen):
     )
     target_strong_share: float | None = Field(
         None, ge=0, le=1, description="start at the strong tier for this share of traffic (two-way split)"
+    )
+    calibration: LiveCalibration | None = Field(
+        default_factory=LiveCalibration,
+        description="live calibration of the target_strong_share cut (on by default, `null` = off); "
+        "it never applies to fixed `thresholds`, so their behaviour is unchanged",
     )
 
     @model_validator(mode="after")
@@ -108,6 +124,13 @@ class Cascade(_Frozen):
     max_escalations: int = Field(1, ge=0, description="at most this many steps after the first")
     stream_mode: Literal["buffer", "route_only"] = Field(
         "buffer", description="streaming requests: score then stream the accepted answer, or route only"
+    )
+    cost_budget: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        description="keep realized cost <= this share of strong-only cost (the strong tier's price on the "
+        "same tokens) by lowering accept thresholds online (router/cost_guard.py); None = as configured",
     )
 
     @property

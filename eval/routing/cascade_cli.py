@@ -61,6 +61,11 @@ def register(parser: argparse.ArgumentParser) -> None:
         help="replay exactly what the gateway runs (YAML thresholds, shipped scorer artifact; no folds, "
         "no fitting): decisions equal the gateway's; figures are not held-out estimates",
     )
+    ev.add_argument(
+        "--cost-budget",
+        type=float,
+        help="with --as-configured: replay in file order through a CostGuard, cost <= F of strong-only",
+    )
     ev.add_argument("--difficulty", help='JSONL of {"id","difficulty"} (llmgw router score output)')
     ev.set_defaults(func=run_eval)
     tr = sub.add_parser("train-scorer", help="train the answer scorer on (prompt, response) pairs")
@@ -111,6 +116,8 @@ def run_eval(args: argparse.Namespace) -> int:
     from eval.routing.data import RoutingDataError, load_rows, rows_with_models
     from gateway.config import ConfigError, load_policy
 
+    if args.cost_budget is not None and (not args.as_configured or not 0.0 < args.cost_budget <= 1.0):
+        return _fail("--cost-budget needs --as-configured and a share in (0, 1]")
     try:
         gw = load_policy(args.config)
     except ConfigError as exc:
@@ -140,7 +147,7 @@ def run_eval(args: argparse.Namespace) -> int:
         check_replayable(routing, list(used.values()), rows)
         difficulty = _load_difficulty(args.difficulty) if args.difficulty else None
         if args.as_configured:
-            result = as_configured(rows, routing, used, difficulty)
+            result = as_configured(rows, routing, used, difficulty, args.cost_budget)
         else:
             result = cross_validate(
                 rows,

@@ -27,6 +27,7 @@ from eval.routing.data import Row, kfold_indices
 from eval.routing.scorer_train import FeatureCache, train_scorer, train_step_scorer
 from router.cascade import Accept, Cascade, Escalate, Fail
 from router.config import AgreementScorer, LogprobScorer, RoutingPolicy, Tier, TrainedScorer
+from router.cost_guard import CostGuard
 from router.plan import Answer, EscalationReason, Plan
 from router.policy import plan_route
 from router.scorers import Scorer, TrainedAnswerScorer
@@ -133,8 +134,9 @@ def replay_row(
     cascade: Cascade,
     difficulty: float | None = None,
     thresholds: Sequence[float] | None = None,
+    guard: CostGuard | None = None,
 ) -> RowDecision:
-    """Run plan + cascade on one row with the tiers' recorded responses as their answers."""
+    """Run plan + cascade on one row with the tiers' recorded responses as answers (a `guard` steers)."""
     plan: Plan = plan_route(routing, difficulty, thresholds=thresholds)
     state, step = cascade.start(plan)
     while True:
@@ -146,7 +148,8 @@ def replay_row(
             answers.append(
                 Answer(call=call, text=out.response or "", error=error, cost_usd=out.cost_usd or 0.0)
             )
-        decision = cascade.judge(plan, state, row.prompt, answers)
+        offset = guard.threshold_offset() if guard else 0.0
+        decision = cascade.judge(plan, state, row.prompt, answers, threshold_offset=offset)
         if isinstance(decision, Escalate):
             state, step = decision.state, decision.step
             continue
@@ -154,6 +157,8 @@ def replay_row(
     called = tuple(a.call.tier for a in decision.state.answers)
     cost = sum(a.cost_usd or 0.0 for a in decision.state.answers)
     reasons = tuple(str(r) for r in decision.state.escalations)
+    if guard is not None:
+        guard.record(cost, row.outcomes[models[-1]].cost_usd or 0.0, bool(decision.state.escalations))
     if isinstance(decision, Fail):
         return RowDecision(row.id, row.task, -1, "", True, None, reasons, called, 0.0, cost)
     assert isinstance(decision, Accept)
@@ -179,8 +184,10 @@ def replay(
     cascade: Cascade,
     difficulty: Mapping[str, float] | None = None,
     thresholds: Sequence[float] | None = None,
+    guard: CostGuard | None = None,
 ) -> list[RowDecision]:
-    return [replay_row(r, routing, models, cascade, (difficulty or {}).get(r.id), thresholds) for r in rows]
+    d = difficulty or {}  # in file order: a guard adapts online
+    return [replay_row(r, routing, models, cascade, d.get(r.id), thresholds, guard) for r in rows]
 
 
 def summarize(
@@ -347,11 +354,10 @@ def as_configured(
     routing: RoutingPolicy,
     pool_models: Mapping[str, str],
     difficulty: Mapping[str, float] | None = None,
+    cost_budget: float | None = None,
 ) -> CvResult:
-    """Replay every row with the policy exactly as the gateway runs it: the YAML's thresholds and the
-    configured (shipped) answer-scorer artifact, no folds and no fitting. Its decisions are the ones the
-    gateway makes for the same requests (the e2e test compares them); its quality is NOT a held-out
-    estimate when the artifact was trained on these rows."""
+    """Replay every row as the gateway runs it (YAML thresholds, shipped artifact, no fitting; through a
+    CostGuard when `cost_budget` is set). Not a held-out estimate when the artifact saw these rows."""
     idx = _trained_index(routing)
     trained = None
     if idx is not None and routing.cascade is not None:
@@ -360,8 +366,10 @@ def as_configured(
         trained = TrainedAnswerScorer.load(cfg.artifact)
     models = [pool_models[t.pool] for t in routing.tiers]
     cascade = memoized(Cascade.from_config(routing.cascade, trained))
+    guard = CostGuard(cost_budget) if cost_budget is not None else None
+    cuts = _fold_cuts(routing, difficulty, rows)
     return CvResult(
-        decisions=replay(rows, routing, models, cascade, difficulty, _fold_cuts(routing, difficulty, rows)),
+        decisions=replay(rows, routing, models, cascade, difficulty, cuts, guard),
         fits=[],
     )
 

@@ -145,3 +145,12 @@ def test_from_config_drives_a_policy_plan_end_to_end() -> None:
         state, step = d.state, d.step
     assert isinstance(d, Accept) and d.tier == 2
     assert [a.call.tier for a in d.state.answers] == [0, 1, 2]
+
+
+def test_threshold_offset_lowers_every_accept_bar() -> None:
+    cascade = Cascade(scorers=((FixedScore({"A": 0.6}), 0.7),))
+    plan = _plan((0,), (1,))
+    state, _ = cascade.start(plan)
+    assert isinstance(cascade.judge(plan, state, Q, [_ans(0, "A")]), Escalate)
+    assert isinstance(cascade.judge(plan, state, Q, [_ans(0, "A")], threshold_offset=0.1), Accept)
+    assert isinstance(cascade.judge(plan, state, Q, [_ans(0, "A")], threshold_offset=0.05), Escalate)
