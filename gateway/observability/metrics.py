@@ -242,6 +242,33 @@ class Metrics:
             ["model"],
             registry=r,
         )
+        self.router_strong_share = Gauge(
+            "llmgw_router_strong_share",
+            "Share of a routed alias's recent requests started at the strong tier under the live cut "
+            "(target_strong_share with live calibration; NaN until the live cut is in use)",
+            ["model"],
+            registry=r,
+        )
+        self.router_cost_share = Gauge(
+            "llmgw_router_cost_share",
+            "A cascade's realized cost as a share of strong-only cost since the replica started "
+            "(routed aliases with cascade.cost_budget)",
+            ["model"],
+            registry=r,
+        )
+        self.router_escalation_rate = Gauge(
+            "llmgw_router_escalation_rate",
+            "Share of a cascade's recent requests that escalated (near 1: the scorer rejects nearly "
+            "every cheap answer; routed aliases with cascade.cost_budget; NaN before 100 requests)",
+            ["model"],
+            registry=r,
+        )
+        self.router_live_cut = Gauge(
+            "llmgw_router_live_cut",
+            "The difficulty cut a routed alias's live calibration uses now (NaN: the artifact's cut)",
+            ["model"],
+            registry=r,
+        )
 
     def _declare_cache(self, r: CollectorRegistry) -> None:
         """The response cache, exact and semantic."""

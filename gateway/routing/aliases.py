@@ -39,6 +39,8 @@ from router.scorers import ScorerArtifactError, TrainedAnswerScorer
 from router.text import request_text
 
 if TYPE_CHECKING:
+    from router.calibration import LiveCalibration
+    from router.cost_guard import CostGuard
     from router.difficulty import DifficultyModel
 
 
@@ -52,6 +54,19 @@ class RoutedAlias:
     difficulty: DifficultyModel | None
     fallback: str | None  # why requests start at the fallback tier without a model; None: they do not
     logprobs: bool  # a scorer needs token log-probabilities: ask the pools for them
+    # The target_strong_share cut learnt from this replica's traffic (None: fixed cut points).
+    calibration: LiveCalibration | None = None
+    # Keeps the cascade's realized cost under `cascade.cost_budget` (None: no budget).
+    guard: CostGuard | None = None
+
+    def settle_cost(self, answers: Sequence[Answer], accepted: Answer, escalated: bool) -> None:
+        """Feed the cost guard one finished cascade: what its calls cost against what the strong tier
+        alone would have cost on the accepted answer's tokens (skipped when prices are unknown)."""
+        strong = self.policy.tiers[-1].price
+        if self.guard is None or strong is None or any(a.cost_usd is None for a in answers if a.ok):
+            return
+        spent = sum(a.cost_usd or 0.0 for a in answers if a.ok)
+        self.guard.record(spent, strong.cost(accepted.input_tokens, accepted.output_tokens), escalated)
 
     async def plan(
         self,
@@ -65,10 +80,17 @@ class RoutedAlias:
         caller's key may use (None: all; never empty)."""
         text = request_text(messages if isinstance(messages, list) else [])
         difficulty = await self.difficulty.score(text) if self.difficulty is not None else None
+        thresholds = self.thresholds
+        cal = self.calibration
+        if cal is not None and difficulty is not None:
+            cut = cal.cut()  # None until enough live scores: the artifact's cut meanwhile
+            if cut is not None:
+                thresholds = (cut,) * (len(self.pools) - 1)
+            cal.observe(difficulty)
         plan = plan_route(
             self.policy,
             difficulty,
-            thresholds=self.thresholds,
+            thresholds=thresholds,
             latency_budget_ms=latency_budget_ms,
             risk_flags=risk,
             streaming=streaming,
@@ -120,8 +142,30 @@ def build_routed(policy: Policy, log: logging.Logger) -> dict[str, RoutedAlias]:
             difficulty=model,
             fallback=fallback,
             logprobs=rp.cascade is not None and any(isinstance(s, LogprobScorer) for s in rp.cascade.scorers),
+            calibration=_live_calibration(rp) if model is not None else None,
+            guard=_cost_guard(rp),
         )
     return out
+
+
+def _cost_guard(rp: RoutingPolicy) -> CostGuard | None:
+    if rp.cascade is None or rp.cascade.cost_budget is None:
+        return None
+    from router.cost_guard import CostGuard
+
+    return CostGuard(rp.cascade.cost_budget)
+
+
+def _live_calibration(rp: RoutingPolicy) -> LiveCalibration | None:
+    """The live cut of a two-way `target_strong_share` split (0 and 1 need no learning)."""
+    d = rp.difficulty
+    if d is None or d.calibration is None or d.target_strong_share is None:
+        return None
+    if not 0.0 < d.target_strong_share < 1.0:
+        return None
+    from router.calibration import LiveCalibration  # ddsketch loads only when a live cut is used
+
+    return LiveCalibration(d.target_strong_share, **d.calibration.model_dump())
 
 
 def _trained_scorer(

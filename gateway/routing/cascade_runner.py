@@ -112,6 +112,7 @@ class CascadeRunner:
         bodies: dict[Call, dict[str, Any]] = {}
         made: list[Answer] = []  # every call that returned, in order
         state, step = cascade.start(d.plan)
+        offset = d.alias.guard.threshold_offset() if d.alias.guard is not None else 0.0
         in_flight = 0
         try:
             while True:
@@ -124,7 +125,7 @@ class CascadeRunner:
                     if parsed is not None:
                         bodies[answer.call] = parsed
                 with self._trace.span("cascade.judge"):
-                    decision = cascade.judge(d.plan, state, d.prompt, [a for a, _, _ in results])
+                    decision = cascade.judge(d.plan, state, d.prompt, [a for a, _, _ in results], offset)
                 if not isinstance(decision, Escalate):
                     break
                 self._metrics.router_escalations.labels(name, decision.reason.value).inc()
@@ -147,4 +148,5 @@ class CascadeRunner:
         if not isinstance(decision, Accept):
             # Every call of the last step failed: the client gets that failure, usage is still settled.
             raise errors[0] if errors else UpstreamError(f"routed model '{name}' has no answer")
+        d.alias.settle_cost(decision.state.answers, decision.answer, bool(decision.state.escalations))
         return decision, bodies, usage

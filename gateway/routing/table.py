@@ -14,9 +14,10 @@ is answered by the small pool, whatever its wording makes the router choose.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from time import perf_counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gateway.config import Policy
 from gateway.edge.exchange import Kind, RequestHeaders
@@ -25,7 +26,12 @@ from gateway.observability.metrics import Metrics
 from gateway.routing.aliases import RoutedAlias
 from gateway.routing.route import Route
 from gateway.upstream.pool_client import PoolClient
+from router.cost_guard import MISCALIBRATED_MIN_REQUESTS
 from router.plan import Call, Plan, Step
+
+if TYPE_CHECKING:
+    from router.calibration import LiveCalibration
+    from router.cost_guard import CostGuard
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +82,10 @@ class Routes:
         }
         for name, ra in (routed or {}).items():
             metrics.router_fallback.labels(name).set(1 if ra.fallback else 0)
+            if ra.calibration is not None:
+                _export_calibration(metrics, name, ra.calibration)
+            if ra.guard is not None:
+                _export_guard(metrics, name, ra.guard)
         self._pools: dict[str, tuple[str, ...]] = {m.name: m.route.pools for m in policy.models}
 
     def direct(self, alias: str) -> Route | None:
@@ -176,3 +186,31 @@ def _latency_budget(value: bytes | None) -> float | None:
     if not budget > 0:
         raise InvalidRequestError("x-llmgw-latency-budget-ms must be a positive number of milliseconds")
     return budget
+
+
+def _export_calibration(metrics: Metrics, alias: str, cal: LiveCalibration) -> None:
+    """Read at scrape time: nothing on the request path."""
+
+    def share() -> float:
+        value = cal.realized_strong_share()
+        return math.nan if value is None else value
+
+    def cut() -> float:
+        value = cal.cut()
+        return math.nan if value is None else value
+
+    metrics.router_strong_share.labels(alias).set_function(share)
+    metrics.router_live_cut.labels(alias).set_function(cut)
+
+
+def _export_guard(metrics: Metrics, alias: str, guard: CostGuard) -> None:
+    def cost() -> float:
+        value = guard.realized_cost_share()
+        return math.nan if value is None else value
+
+    def escalated() -> float:  # NaN until the window is long enough to call the scorer miscalibrated
+        value = guard.escalation_rate()
+        return math.nan if value is None or guard.window_n() < MISCALIBRATED_MIN_REQUESTS else value
+
+    metrics.router_cost_share.labels(alias).set_function(cost)
+    metrics.router_escalation_rate.labels(alias).set_function(escalated)
