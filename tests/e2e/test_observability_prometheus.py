@@ -82,6 +82,7 @@ models:
           # exp(mean logprob) never reaches 1: the cheap answer is always escalated.
           scorers: [{{kind: logprob, accept_threshold: 1.0}}]
           max_escalations: 1
+          cost_budget: 1.0  # exports the cost guard's gauges (the alert on escalation rate)
 slo_classes:
   interactive: {{ttft_ms: 300}}
   batch: {{e2e_ms: 60000}}
