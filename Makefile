@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 PORT   ?= 8080
 FUZZ_EXAMPLES ?= 200
 
-.PHONY: install run test check lint typecheck unit integration e2e conformance vllm tiny-model fuzz bench-overhead bench-observe bench-pools router-encoder bench-router k8s-tools helm-check redis-stack bench-cache semantic-threshold peers-tools bench-peers bench-knee bench-capacity bench-soak clean
+.PHONY: install run test check lint typecheck unit integration e2e conformance vllm tiny-model fuzz bench-overhead bench-observe bench-pools router-encoder bench-router k8s-tools helm-check redis-stack bench-cache semantic-threshold peers-tools bench-peers bench-knee bench-capacity bench-soak bench-spec bench-lora clean
 
 $(STAMP): pyproject.toml eval/routing/export_encoder.py eval/routing/encoder_delta.py eval/routing/deltas/minilm-l3-gain.npz
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) on PATH"; exit 1; }
@@ -135,6 +135,16 @@ bench-knee: $(STAMP)
 bench-capacity: $(STAMP)
 	nice $(BIN)/llmgw bench capacity eval/workloads/capacity.yaml --profile eval/workloads/capacity-sim.yaml \
 		--replicas 1,2 --out bench-results/capacity $(BENCH_ARGS)
+
+## bench-spec: TPOT and goodput vs load for a speculative + a plain pool: always, never, the switching rule
+## (router.speculative) and least-load, on the simulator's engine (virtual clock; a report, ~5 s)
+bench-spec: $(STAMP)
+	PYTHONPATH=$(CURDIR) $(BIN)/python -m eval.bench.spec $(BENCH_ARGS)
+
+## bench-lora: LoRA adapter-aware picking vs round robin: 8 Zipf-popular adapters on 2 simulator replicas
+## (max_loras 2, a swap cost): mean/P99 TTFT, swaps per 1,000 requests -> bench-results/lora/ (a report; ~6 min)
+bench-lora: $(STAMP)
+	nice $(BIN)/python -m eval.bench.lora $(BENCH_ARGS)
 
 ## bench-soak: gateway RSS under max sustained load (wrk c32, unary/stream alternating) for 10 min: issue 9's
 ## < 5 % growth after minute 1 and <= 300 MB per worker -> bench-results/soak-<time>.{json,png} (~11 min)

@@ -38,8 +38,12 @@ from gateway.parts import build as build_components
 from gateway.relay.pipeline import Relay, RelayParts
 from gateway.relay.response_cache import build_cache
 from gateway.routing.aliases import build_routed
+from gateway.routing.calibration_share import SharedCalibration
+from gateway.routing.outcome_share import SharedOutcomes
 from gateway.settings import Settings
+from gateway.upstream.calls import PoolCalls
 from gateway.upstream.clients import UpstreamClients
+from gateway.upstream.drift_canary import DriftCanary
 
 
 class _Runtime:
@@ -119,7 +123,16 @@ class GatewayApp:
             )
         )
         self.runtime = _Runtime(relay, parts.metrics)
+        self.observer.feedback.on_rated(relay.on_rated)  # feedback on routed answers teaches the router
+        outcomes, calibration = None, None
+        if parts.redis is not None:  # every replica learns what any one learns
+            prefix = f"{self.policy.limits.key_prefix}:"
+            outcomes = SharedOutcomes(parts.redis, relay.learnings(), parts.metrics, prefix)
+            await outcomes.start()
+            calibration = SharedCalibration(parts.redis, relay.calibrations(), parts.metrics, prefix)
+            calibration.start()
         renewer = asyncio.create_task(parts.admissions.renew_forever())
+        canary = self._drift_canary(upstream)
         # Everything built so far lives as long as the process: move it out of the GC's sight, and
         # collect the young generation less often. Measured (docs/design/003): full collections
         # stalled the loop ~21 ms twice a second under load; P99 at 32 went 26 -> 6.4 ms, +15 % req/s.
@@ -134,8 +147,23 @@ class GatewayApp:
             self.runtime.draining = True
             renewer.cancel()
             await asyncio.gather(renewer, return_exceptions=True)
+            if canary is not None:
+                await canary.close()
+            await relay.close()
+            if outcomes is not None and calibration is not None:
+                await outcomes.close()
+                await calibration.close()
             await upstream.close()
             await self._close()
+
+    def _drift_canary(self, upstream: UpstreamClients) -> DriftCanary | None:
+        """The opt-in drift canary (policy `drift`), on its own PoolCalls over the shared clients."""
+        if self.policy.drift is None:
+            return None
+        calls = PoolCalls(upstream.session, self.parts.metrics, None, upstream.h1)
+        canary = DriftCanary(self.policy.drift, upstream.pools, calls, self.parts.metrics.drift)
+        canary.start()
+        return canary
 
     async def _close(self) -> None:
         if self.cache is not None:

@@ -14,9 +14,12 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from gateway.config_drift import DriftConfig
+from gateway.config_guardrails import Guardrails
 from gateway.config_pool import Endpoint, GpuHourPrice, Pool, PoolName, Timeouts
+from gateway.config_refs import CACHE_POOL, references
+from gateway.config_route import Route
 from ratelimit.model import LevelLimits, LimitsConfig
-from router.config import RoutingPolicy
 
 # The pool models live in gateway.config_pool; importers keep using `gateway.config` for all of them.
 __all__ = [
@@ -50,10 +53,6 @@ __all__ = [
 Name = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$")]
 
 
-# The `pool` label of requests answered from the response cache (no pool did any work).
-CACHE_POOL = "cache"
-
-
 class ConfigError(Exception):
     """A policy file that cannot be used; the message names the file and the key path."""
 
@@ -71,25 +70,6 @@ class OutputTokens(_Frozen):
         if self.default > self.cap:
             raise ValueError(f"default ({self.default}) must not exceed cap ({self.cap})")
         return self
-
-
-class Route(_Frozen):
-    pool: PoolName | None = Field(None, description="the one pool this alias is served by")
-    policy: RoutingPolicy | None = Field(None, description="a routed alias: tiers, difficulty, cascade")
-
-    @model_validator(mode="after")
-    def _pool_or_policy(self) -> Route:
-        if (self.pool is None) == (self.policy is None):
-            raise ValueError("a route needs exactly one of pool or policy")
-        return self
-
-    @property
-    def pools(self) -> tuple[str, ...]:
-        """Every pool the alias may call (one, or the policy's tiers cheap -> strong)."""
-        if self.policy is not None:
-            return tuple(t.pool for t in self.policy.tiers)
-        assert self.pool is not None
-        return (self.pool,)
 
 
 class SemanticCache(_Frozen):
@@ -145,6 +125,7 @@ class Model(_Frozen):
     cache: ModelCache | None = Field(None, description="response caching (absent: never cached)")
     max_tokens: OutputTokens = OutputTokens()
     slo_class: str | None = Field(None, description="key of slo_classes used for goodput")
+    guardrails: str | None = Field(None, description="guardrail profile (guardrails.profiles) of this alias")
     description: str = ""
 
 
@@ -227,87 +208,14 @@ class Policy(_Frozen):
     limits: LimitsConfig = LimitsConfig()
     tenancy: Tenancy = Tenancy()
     cache: CacheConfig = CacheConfig()
+    guardrails: Guardrails = Guardrails()
+    drift: DriftConfig | None = Field(None, description="background drift canary between pool pairs")
 
     def pool(self, name: str) -> Pool:
         for p in self.pools:
             if p.name == name:
                 return p
         raise KeyError(name)
-
-
-def _references(policy: Policy) -> list[tuple[tuple[str | int, ...], str]]:
-    """Cross-references pydantic cannot see: unique names, routes to existing pools."""
-    problems: list[tuple[tuple[str | int, ...], str]] = []
-    pool_names: set[str] = set()
-    for i, p in enumerate(policy.pools):
-        if p.name in pool_names:
-            problems.append((("pools", i, "name"), f"duplicate pool name '{p.name}'"))
-        if p.name == CACHE_POOL:
-            problems.append((("pools", i, "name"), f"'{CACHE_POOL}' is reserved (cache hits' pool label)"))
-        pool_names.add(p.name)
-    model_names: set[str] = set()
-    for i, m in enumerate(policy.models):
-        if m.name in model_names:
-            problems.append((("models", i, "name"), f"duplicate model name '{m.name}'"))
-        model_names.add(m.name)
-        if m.route.pool is not None and m.route.pool not in pool_names:
-            problems.append(
-                (
-                    ("models", i, "route", "pool"),
-                    f"unknown pool '{m.route.pool}' (pools: {sorted(pool_names)})",
-                )
-            )
-        for j, tier in enumerate(m.route.policy.tiers if m.route.policy is not None else ()):
-            if tier.pool not in pool_names:
-                problems.append(
-                    (
-                        ("models", i, "route", "policy", "tiers", j, "pool"),
-                        f"unknown pool '{tier.pool}' (pools: {sorted(pool_names)})",
-                    )
-                )
-        if m.slo_class is not None and m.slo_class not in policy.slo_classes:
-            problems.append((("models", i, "slo_class"), f"unknown SLO class '{m.slo_class}'"))
-    tiers = set(policy.limits.tiers)
-    for name in policy.limits.pools:
-        if name not in pool_names:
-            problems.append((("limits", "pools", name), f"unknown pool '{name}'"))
-    return problems + _tenancy_references(policy.tenancy, tiers, pool_names, model_names)
-
-
-_Problems = list[tuple[tuple[str | int, ...], str]]
-
-
-def _tenancy_references(
-    tenancy: Tenancy, tiers: set[str], pool_names: set[str], model_names: set[str]
-) -> _Problems:
-    """The tenancy section's references to tiers, pools and models; duplicate key ids and orgs."""
-    problems: _Problems = []
-    if tenancy.anonymous_tier not in tiers:
-        problems.append((("tenancy", "anonymous_tier"), f"unknown tier '{tenancy.anonymous_tier}'"))
-    key_ids: set[str] = set()
-    for i, k in enumerate(tenancy.keys):
-        if k.tier not in tiers:
-            problems.append(
-                (("tenancy", "keys", i, "tier"), f"unknown tier '{k.tier}' (tiers: {sorted(tiers)})")
-            )
-        for alias in sorted(k.models - model_names):
-            problems.append((("tenancy", "keys", i, "models"), f"unknown model '{alias}'"))
-        for pool in sorted(k.pools - pool_names):
-            problems.append((("tenancy", "keys", i, "pools"), f"unknown pool '{pool}'"))
-        if k.id in key_ids:
-            problems.append((("tenancy", "keys", i, "id"), f"duplicate key id '{k.id}'"))
-        key_ids.add(k.id)
-    for tier, pools in tenancy.tier_pools.items():
-        if tier not in tiers:
-            problems.append((("tenancy", "tier_pools", tier), f"unknown tier '{tier}'"))
-        for pool in sorted(pools - pool_names):
-            problems.append((("tenancy", "tier_pools", tier), f"unknown pool '{pool}'"))
-    org_names: set[str] = set()
-    for i, o in enumerate(tenancy.orgs):
-        if o.name in org_names:
-            problems.append((("tenancy", "orgs", i, "name"), f"duplicate org '{o.name}'"))
-        org_names.add(o.name)
-    return problems
 
 
 def key_path(loc: tuple[str | int, ...]) -> str:
@@ -355,7 +263,7 @@ def parse_policy(text: str, source: str) -> Policy:
             msg = "unknown key (not allowed here)" if e["type"] == "extra_forbidden" else e["msg"]
             lines.append(f"{at}: {key_path(loc)}: {msg}")
         raise ConfigError("\n".join(lines)) from exc
-    problems = _references(policy)
+    problems = references(policy)
     if problems:
         raise ConfigError(
             "\n".join(

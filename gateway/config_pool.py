@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from gateway.config_lora import Lora
 from pools.config import Admission, Balancing, Breaker, Endpoints, Retries, Saturation
 from ratelimit.model import OnBackendError
 from router.config import Price
@@ -48,6 +49,47 @@ class GpuHourPrice(_Frozen):
         return Price(input_per_mtok=out * self.input_weight, output_per_mtok=out)
 
 
+class Speculative(_Frozen):
+    """The pool's engine runs speculative decoding (vLLM `--speculative-config`, which the chart passes).
+
+    Every key but `acceptance_window_s` is the engine's: `engine_config()` is the JSON the chart hands
+    to `--speculative-config`. The gateway reads the spec-decode counters of such a pool and exports its
+    acceptance over `acceptance_window_s` (docs/design/027-speculative-pools.md)."""
+
+    method: Annotated[str, Field(pattern=r"^[a-z0-9_]+$")] = Field(
+        description="vLLM's speculative method: ngram, eagle, eagle3, mtp, draft_model, suffix, ..."
+    )
+    num_speculative_tokens: int = Field(ge=1, le=64, description="draft tokens proposed per step (k)")
+    model: str | None = Field(
+        None, min_length=1, description="the draft model (draft_model, eagle, ...); not for ngram"
+    )
+    prompt_lookup_max: int | None = Field(None, ge=1, description="ngram: longest n-gram matched")
+    prompt_lookup_min: int | None = Field(None, ge=1, description="ngram: shortest n-gram matched")
+    extra: dict[str, str | int | float | bool] = Field(
+        {}, description="other SpeculativeConfig keys, passed to the engine as given"
+    )
+    acceptance_window_s: float = Field(
+        60.0, gt=0, description="gateway: window of the exported acceptance figures (counter increases)"
+    )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Speculative:
+        if self.method == "ngram" and self.model is not None:
+            raise ValueError("method ngram proposes from the prompt: it takes no draft model")
+        lo, hi = self.prompt_lookup_min, self.prompt_lookup_max
+        if lo is not None and hi is not None and lo > hi:
+            raise ValueError(f"prompt_lookup_min ({lo}) is larger than prompt_lookup_max ({hi})")
+        clash = set(self.extra) & (set(Speculative.model_fields) - {"extra"})
+        if clash:
+            raise ValueError(f"extra repeats a named key: {sorted(clash)}")
+        return self
+
+    def engine_config(self) -> dict[str, str | int | float | bool]:
+        """What `--speculative-config` gets (JSON), the gateway-only keys left out."""
+        named = self.model_dump(exclude={"extra", "acceptance_window_s"}, exclude_none=True)
+        return {**named, **self.extra}
+
+
 class Pool(_Frozen):
     name: PoolName
     engine: Literal["vllm", "openai", "litellm"] = Field(
@@ -78,6 +120,12 @@ class Pool(_Frozen):
     retries: Retries = Field(Retries(), description="retries before the first byte, under a budget")
     breaker: Breaker = Field(Breaker(), description="per-replica circuit breaker")
     admission: Admission = Field(Admission(), description="holding requests when no replica can take them")
+    speculative: Speculative | None = Field(
+        None, description="the engine runs speculative decoding (vLLM pools): method, draft tokens, ..."
+    )
+    lora: Lora | None = Field(
+        None, description="LoRA adapters served on this pool's base model (vLLM --enable-lora)"
+    )
     on_backend_error: OnBackendError | None = Field(
         None,
         description="when the limiter's Redis fails: fail_open (admit with the local approximate limiter) "
@@ -112,4 +160,11 @@ class Pool(_Frozen):
             raise ValueError(f"a pool with engine {self.engine} needs endpoints")
         if self.engine == "litellm" and self.endpoints is not None and not self.endpoints.static:
             raise ValueError("a litellm pool takes only static endpoints (its api_base URLs)")
+        if self.speculative is not None and self.engine != "vllm":
+            raise ValueError("speculative needs engine vllm (the gateway reads vLLM's spec-decode counters)")
+        if self.lora is not None:
+            if self.engine != "vllm":
+                raise ValueError("lora needs engine vllm (adapters are loaded and listed the vLLM way)")
+            if self.lora.adapter(self.model) is not None:
+                raise ValueError(f"an adapter may not be named like the base model '{self.model}'")
         return self

@@ -62,6 +62,13 @@ class InvalidJSONError(InvalidRequestError):
     default_code = "invalid_json"
 
 
+class ContentPolicyError(InvalidRequestError):
+    """An input guardrail in `block` mode refused the request (gateway/guardrails/). The message names
+    the category and where it was found, never what matched: echoing a secret back defeats the rule."""
+
+    default_code = "content_policy_violation"
+
+
 class AuthenticationError(GatewayError):
     status = 401
     type = "authentication_error"
@@ -160,6 +167,15 @@ class UpstreamError(GatewayError):
     type = "api_error"
     default_code = "upstream_error"
     retryable = True
+
+
+class OutputSchemaError(GatewayError):
+    """The pool's answer does not conform to the request's `response_format` JSON schema (after the
+    retry its policy allows). Not retryable by the client's SDK: the gateway already retried if asked."""
+
+    status = 502
+    type = "api_error"
+    default_code = "output_schema_violation"
 
 
 class UpstreamUnavailableError(GatewayError):

@@ -14,10 +14,14 @@ share the name. The rest stays in its module, because importing it here would lo
 - the decisions and the replica they decide over, pure but ~6% more instructions on the config path
   (their dataclass and enum definitions): `pools.replica` (Replica, Load), `pools.picker` (pick,
   ROUND_ROBIN, LEAST_LOAD, AFFINITY, AFFINITY_SPILL), `pools.breaker` (Breaker, State),
-  `pools.budget` (RetryBudget), `pools.vllm_metrics` (parse_load);
+  `pools.budget` (RetryBudget), `pools.vllm_metrics` (parse_load), `pools.lora` (a replica's LoRA
+  adapters and adapter-aware placement: Adapters, LoraPicking, place), `pools.spec_decode` and
+  `pools.tpot_curve` (speculative decoding's acceptance and TPOT-vs-batch curves);
 - the runtime (asyncio, socket, httpx): `pools.pool` (ReplicaPool, NoCapacity), `pools.discovery`
   (Discovery, StaticDiscovery, DnsDiscovery, discovery_for, url_of), `pools.kube` (ready_urls),
-  `pools.scraper` (Scraper, Fetch, httpx_fetch), `pools.runtime` (PoolRuntime).
+  `pools.scraper` (Scraper, Fetch, httpx_fetch), `pools.runtime` (PoolRuntime);
+- the drift comparison shared by `llmgw drift` and the gateway's canary: `pools.drift` (compare,
+  summarize, breaches, Step) and its wire shapes `pools.drift_answer` (trajectory, canary_body).
 """
 
 from __future__ import annotations

@@ -10,6 +10,8 @@
   the first one whose load is under `load_factor` x the mean load wins ("consistent hashing with
   bounded loads"), so one hot prefix spills to its second choice instead of overloading a replica.
   No key (a prompt shorter than nothing) falls back to least load.
+- a LoRA adapter's request (`pick_adapter`, pools with adapter affinity): replicas that hold the
+  adapter in a slot first, then free slots, then swaps, then loads, under a load bound (`pools.lora`).
 
 Eligible = breaker allows traffic, not saturated (scraped KV use / queue, own in-flight), not
 already tried by this request. No eligible replica -> None: the caller holds or refuses.
@@ -24,6 +26,7 @@ from dataclasses import dataclass
 
 from pools.breaker import State
 from pools.config import Balancing, Saturation
+from pools.lora import LoraPicking, place
 from pools.replica import Replica
 
 ROUND_ROBIN = "round_robin"
@@ -105,12 +108,19 @@ def _least_load(cands: list[Replica], bal: Balancing, now: float, rand: random.R
     return min(cands, key=lambda r: score(r, bal, now))
 
 
+def bounded_loads(
+    cands: Sequence[Replica], now: float, stale_after: float, factor: float
+) -> tuple[list[float], int]:
+    """Each candidate's queue load and the bound a replica's load must stay under to be preferred
+    ("consistent hashing with bounded loads": prefix affinity and adapter placement alike)."""
+    loads = [queue_load(r, now, stale_after) for r in cands]
+    # +1: the request being placed; ceil keeps a cap of at least 1 when the pool is idle.
+    return loads, math.ceil(factor * (sum(loads) + 1) / len(cands))
+
+
 def _affinity(cands: list[Replica], bal: Balancing, now: float, key: int) -> Pick | None:
     """The highest-weight replica under the load cap (one pass, no sort)."""
-    stale = bal.stale_after_s
-    loads = [queue_load(r, now, stale) for r in cands]
-    # +1: the request being placed; ceil keeps a cap of at least 1 when the pool is idle.
-    cap = math.ceil(bal.prefix.load_factor * (sum(loads) + 1) / len(cands))
+    loads, cap = bounded_loads(cands, now, bal.stale_after_s, bal.prefix.load_factor)
     top_w = best_w = -(1 << 64)
     best: Replica | None = None
     for r, load in zip(cands, loads, strict=True):
@@ -147,3 +157,31 @@ def pick(
         choice = _affinity(cands, bal, now, key)
         return choice or Pick(_least_load(cands, bal, now, rand), AFFINITY_SPILL)
     return Pick(_least_load(cands, bal, now, rand), LEAST_LOAD)
+
+
+def pick_adapter(
+    replicas: Sequence[Replica],
+    bal: Balancing,
+    sat: Saturation,
+    now: float,
+    *,
+    adapter: str,
+    adapter_key: int,
+    lora: LoraPicking,
+    exclude: Collection[Replica] = (),
+) -> tuple[Pick, str] | None:
+    """A request for a LoRA adapter: `pools.lora.place` over the eligible replicas (the load is ours
+    in flight plus the scraped queue, as in prefix affinity), and the placement it got."""
+    cands = eligible(replicas, sat, now, bal.stale_after_s, exclude)
+    if not cands:
+        return None
+    loads, cap = bounded_loads(cands, now, bal.stale_after_s, lora.load_factor)
+    r, where = place(
+        cands,
+        adapter,
+        preloaded=lora.preloaded,
+        loads=loads,
+        cap=cap,
+        weight=lambda r: _mix(adapter_key ^ r.salt),  # this adapter's rendezvous weight
+    )
+    return Pick(r, LEAST_LOAD), where

@@ -15,15 +15,18 @@ import heapq
 import itertools
 import random
 import time
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from pools.breaker import Breaker
 from pools.budget import RetryBudget
 from pools.config import Admission, Balancing, Retries, Saturation
 from pools.config import Breaker as BreakerConfig
-from pools.picker import REASONS, Pick, pick
-from pools.replica import Replica
+from pools.lora import PLACEMENTS, Adapters, LoraPicking
+from pools.picker import REASONS, Pick, pick, pick_adapter
+from pools.replica import Replica, salt_of
+from pools.spec_decode import SpecFigures, pool_figures
+from pools.tpot_curve import pool_curve
 
 
 class NoCapacity(Exception):
@@ -42,12 +45,14 @@ class PoolStats:
     hold_timeouts: int = 0
     queue_full: int = 0
     retries: int = 0
+    placements: dict[str, int] = field(default_factory=lambda: dict.fromkeys(PLACEMENTS, 0))
 
 
 @dataclass(order=True, slots=True)
 class _Waiter:
     rank: tuple[int, int]  # (-priority, arrival order)
     key: int | None = field(compare=False)
+    adapter: str | None = field(compare=False)
     future: asyncio.Future[Replica] = field(compare=False)
 
 
@@ -62,8 +67,12 @@ class ReplicaPool:
         admission: Admission,
         clock: Callable[[], float] = time.monotonic,
         rand: random.Random | None = None,
+        spec_window_s: float = 60.0,
+        lora: LoraPicking | None = None,
     ) -> None:
         self.name = name
+        self.lora = lora  # a LoRA pool: its replicas track adapters; adapter requests are placed
+        self.spec_window_s = spec_window_s  # the window of the speculative-decoding figures
         self.balancing = balancing
         self.saturation = saturation
         self.breaker_config = breaker
@@ -85,11 +94,14 @@ class ReplicaPool:
         """Replace the replica set; known replicas keep their state (in-flight, breaker, load)."""
         wanted = list(dict.fromkeys(b.rstrip("/") for b in bases))
         known = {r.base: r for r in self.replicas}
-        self.replicas = [
-            known.get(b) or Replica(b, Breaker(self.breaker_config.failures, self.breaker_config.open_s))
-            for b in wanted
-        ]
+        self.replicas = [known.get(b) or self._replica(b) for b in wanted]
         self.dispatch()
+
+    def _replica(self, base: str) -> Replica:
+        r = Replica(base, Breaker(self.breaker_config.failures, self.breaker_config.open_s))
+        if self.lora is not None:
+            r.adapters = Adapters(self.lora.max_loras)
+        return r
 
     def bases(self) -> list[str]:
         return [r.base for r in self.replicas]
@@ -98,9 +110,50 @@ class ReplicaPool:
     def held(self) -> int:
         return len(self._waiters)
 
+    # --- what the scrapes say about the pool ------------------------------------------------------
+    def spec_figures(self, now: float) -> SpecFigures | None:
+        """Speculative-decoding acceptance over the last `spec_window_s`; None without drafts."""
+        return pool_figures((r.spec for r in self.replicas), now, self.spec_window_s)
+
+    def tpot_curve(self) -> Mapping[int, float]:
+        """Observed TPOT (s) by running-batch bin, over the replicas (`pools.tpot_curve`)."""
+        return pool_curve(r.tpot for r in self.replicas)
+
+    def running_batch(self, now: float) -> float | None:
+        """Mean scraped running batch per replica with fresh load; None when no load is fresh."""
+        loads = [r.fresh_load(now, self.balancing.stale_after_s) for r in self.replicas]
+        fresh = [load.running for load in loads if load is not None]
+        return sum(fresh) / len(fresh) if fresh else None
+
     # --- picking -------------------------------------------------------------------------------
-    def try_pick(self, key: int | None, exclude: Collection[Replica] = ()) -> Replica | None:
+    def try_pick(
+        self, key: int | None, exclude: Collection[Replica] = (), adapter: str | None = None
+    ) -> Replica | None:
         now = self._clock()
+        lora = self.lora
+        if adapter is not None and lora is not None:
+            if lora.affinity:
+                placed = pick_adapter(
+                    self.replicas,
+                    self.balancing,
+                    self.saturation,
+                    now,
+                    adapter=adapter,
+                    adapter_key=salt_of(adapter),
+                    lora=lora,
+                    exclude=exclude,
+                )
+                if placed is None:
+                    return None
+                self.stats.placements[placed[1]] += 1
+                return self._commit(placed[0], now, adapter)
+            # Without affinity the adapter is only recorded (what may be in a slot, for loading).
+            return self._commit_any(key, exclude, now, adapter)
+        return self._commit_any(key, exclude, now, None)
+
+    def _commit_any(
+        self, key: int | None, exclude: Collection[Replica], now: float, adapter: str | None
+    ) -> Replica | None:
         choice = pick(
             self.replicas,
             self.balancing,
@@ -113,20 +166,22 @@ class ReplicaPool:
         )
         if choice is None:
             return None
-        return self._commit(choice, now)
+        return self._commit(choice, now, adapter)
 
-    def _commit(self, choice: Pick, now: float) -> Replica:
+    def _commit(self, choice: Pick, now: float, adapter: str | None) -> Replica:
         r = choice.replica
+        if adapter is not None and r.adapters is not None:
+            r.adapters.sent(adapter)
         r.inflight += 1
         r.picks += 1
         r.breaker.on_pick(now)
         self.stats.picks[choice.reason] += 1
         return r
 
-    async def acquire(self, key: int | None, priority: int = 0) -> Replica:
+    async def acquire(self, key: int | None, priority: int = 0, adapter: str | None = None) -> Replica:
         self.budget.record_request(self._clock())
         if not self._waiters:  # never overtake a held request
-            r = self.try_pick(key)
+            r = self.try_pick(key, adapter=adapter)
             if r is not None:
                 return r
         adm = self.admission
@@ -138,7 +193,8 @@ class ReplicaPool:
         if len(self._waiters) >= adm.max_queued:
             self.stats.queue_full += 1
             raise NoCapacity(f"pool '{self.name}' has no free replica and its queue is full", "queue_full", 1)
-        waiter = _Waiter((-priority, next(self._order)), key, asyncio.get_running_loop().create_future())
+        loop = asyncio.get_running_loop()
+        waiter = _Waiter((-priority, next(self._order)), key, adapter, loop.create_future())
         heapq.heappush(self._waiters, waiter)
         self.stats.held += 1
         held_at = self._clock()
@@ -173,7 +229,7 @@ class ReplicaPool:
             if w.future.done():
                 heapq.heappop(self._waiters)
                 continue
-            r = self.try_pick(w.key)
+            r = self.try_pick(w.key, adapter=w.adapter)
             if r is None:
                 return
             heapq.heappop(self._waiters)

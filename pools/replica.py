@@ -10,6 +10,9 @@ import hashlib
 from dataclasses import dataclass, field
 
 from pools.breaker import Breaker
+from pools.lora import Adapters, LoraInfo
+from pools.spec_decode import SpecCounters, SpecHistory
+from pools.tpot_curve import TpotCurve
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,6 +25,10 @@ class Load:
     prefix_queries: float  # tokens, cumulative
     prefix_hits: float  # tokens, cumulative
     at: float  # monotonic time of the scrape
+    spec: SpecCounters | None = None  # spec-decode counters, cumulative; None without speculation
+    tpot_sum: float = 0.0  # vllm:request_time_per_output_token_seconds_sum, cumulative
+    tpot_count: float = 0.0  # its _count
+    lora: LoraInfo | None = None  # vllm:lora_requests_info; None when the engine serves no adapters
 
 
 def salt_of(base: str) -> int:
@@ -41,6 +48,9 @@ class Replica:
     failures: int = 0
     scrape_failures: int = 0
     plain_http: bool = False  # http:// (not TLS): the relay's lean HTTP/1.1 client may call it
+    spec: SpecHistory = field(default_factory=SpecHistory)  # scraped spec-decode samples (a window's)
+    tpot: TpotCurve = field(default_factory=TpotCurve)  # scraped TPOT vs running batch
+    adapters: Adapters | None = None  # a LoRA pool's replica: its adapters as the gateway knows them
     _urls: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

@@ -8,6 +8,9 @@ One task per pool; each round fetches all current replicas concurrently with a t
 interval, so one hung replica never delays the others' data. A failed scrape leaves the old load
 in place: it ages out through `stale_after_s` and the picker falls back to the in-flight count.
 Scrape failures never feed the circuit breaker: /metrics can be down while serving works.
+Spec-decode counters (a speculative replica) are also appended to the replica's `SpecHistory`, kept
+for `spec_window_s`: the window its acceptance figures are computed over (`pools.spec_decode`);
+TPOT and running batch feed the replica's `TpotCurve` (`pools.tpot_curve`).
 """
 
 from __future__ import annotations
@@ -44,12 +47,14 @@ class Scraper:
         interval_s: float,
         clock: Callable[[], float] = time.monotonic,
         path: str = "/metrics",
+        spec_window_s: float = 60.0,
     ) -> None:
         self._replicas = replicas
         self._fetch = fetch
         self._interval = interval_s
         self._clock = clock
         self._path = path
+        self._spec_window = spec_window_s
 
     async def scrape(self, r: Replica) -> None:
         text = await self._fetch(r.base, self._path, self._interval)
@@ -59,6 +64,11 @@ class Scraper:
         load = parse_load(text, self._clock())
         if load is not None:
             r.load = load
+            if load.spec is not None:
+                r.spec.add(load.at, load.spec, self._spec_window)
+            r.tpot.observe_scrape(load.running, load.tpot_sum, load.tpot_count)
+            if r.adapters is not None:
+                r.adapters.scraped = load.lora
 
     async def scrape_all(self) -> None:
         await asyncio.gather(*(self.scrape(r) for r in self._replicas()))

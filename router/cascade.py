@@ -22,12 +22,12 @@ rejected the best candidate (`empty_answer` when every answer was blank).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from router.config import Cascade as CascadeConfig
 from router.plan import Answer, EscalationReason, Plan, Step
-from router.scorers import Scorer, TrainedAnswerScorer, build_scorer
+from router.scorers import SchemaConformance, Scorer, TrainedAnswerScorer, build_scorer
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +80,18 @@ class Cascade:
         if config is None:
             return cls(scorers=())
         return cls(scorers=tuple((build_scorer(s, trained), s.accept_threshold) for s in config.scorers))
+
+    @property
+    def checks_schema(self) -> bool:
+        """Whether a scorer judges conformance to the request's JSON schema (bound per request)."""
+        return any(isinstance(s, SchemaConformance) for s, _ in self.scorers)
+
+    def with_schema(self, conforms: Callable[[str], bool] | None) -> Cascade:
+        """This cascade for one request: its schema scorers check `conforms` (None: accept all)."""
+        if not self.checks_schema:
+            return self
+        bound = SchemaConformance(conforms)
+        return Cascade(tuple((bound if isinstance(s, SchemaConformance) else s, t) for s, t in self.scorers))
 
     def start(self, plan: Plan) -> tuple[CascadeState, Step]:
         if not plan.steps:

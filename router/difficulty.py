@@ -35,13 +35,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import numpy.typing as npt
 
 from router.artifact import Artifact, load_artifact
 from router.artifact_error import RouterArtifactError
 from router.encoder import PROBE_MIN_COSINE, PROBE_TEXT, Encoder, probe_cosine
 from router.text import request_text
 
-__all__ = ["DEFAULT_MAX_BATCH", "DifficultyModel", "RouterArtifactError", "request_text"]
+__all__ = ["DEFAULT_MAX_BATCH", "Assessment", "DifficultyModel", "RouterArtifactError", "request_text"]
 
 
 # One request per head call by default: a batch answers its first caller only after the others'
@@ -55,14 +56,18 @@ def _text_key(text: str) -> bytes:
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
 
 
+# (difficulty, the L2-normalized prompt embedding it was computed from): the outcome memory's key.
+Assessment = tuple[float, npt.NDArray[np.float32]]
+
+
 @dataclass(slots=True)
 class _Job:
     text: str
-    future: asyncio.Future[float]
+    future: asyncio.Future[Assessment]
     loop: asyncio.AbstractEventLoop
 
 
-def _resolve(jobs: Sequence[_Job], values: Sequence[float] | BaseException) -> None:
+def _resolve(jobs: Sequence[_Job], values: Sequence[Assessment] | BaseException) -> None:
     """On the caller's loop: asyncio futures may only be completed from their own loop's thread."""
     for i, job in enumerate(jobs):
         if job.future.done():  # the caller was cancelled meanwhile
@@ -73,7 +78,7 @@ def _resolve(jobs: Sequence[_Job], values: Sequence[float] | BaseException) -> N
             job.future.set_result(values[i])
 
 
-def _hand_back(jobs: Sequence[_Job], result: Sequence[float] | BaseException) -> None:
+def _hand_back(jobs: Sequence[_Job], result: Sequence[Assessment] | BaseException) -> None:
     """From the inference thread: each caller's loop completes its own callers' futures."""
     for loop in {job.loop for job in jobs}:
         mine = [i for i, job in enumerate(jobs) if job.loop is loop]
@@ -102,7 +107,7 @@ class _Batcher:
         self._pending: deque[_Job] = deque()
         self._draining = False
 
-    def submit(self, text: str) -> asyncio.Future[float]:
+    def submit(self, text: str) -> asyncio.Future[Assessment]:
         loop = asyncio.get_running_loop()
         job = _Job(text, loop.create_future(), loop)
         with self._lock:
@@ -131,9 +136,9 @@ class _Batcher:
             live = [job for job in batch if not job.future.done()]
             if not live:
                 continue
-            result: list[float] | BaseException
+            result: list[Assessment] | BaseException
             try:
-                result = self._model.score_many([job.text for job in live])
+                result = self._model.assess_many([job.text for job in live])
             except Exception as exc:  # delivered to every caller of this batch
                 result = exc
             _hand_back(live, result)
@@ -168,7 +173,7 @@ class DifficultyModel:
         self.encoder = encoder
         self.max_batch = max_batch
         self._cache_size = cache_size
-        self._cache: OrderedDict[bytes, float] = OrderedDict()
+        self._cache: OrderedDict[bytes, Assessment] = OrderedDict()
         self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="router-difficulty")
         self._batcher = _Batcher(self)
 
@@ -216,17 +221,26 @@ class DifficultyModel:
         return self.artifact.max_tokens
 
     def score_many(self, texts: Sequence[str]) -> list[float]:
-        """Blocking batch scoring (CLI, evaluation, the executor thread)."""
+        """Blocking batch scoring (CLI, evaluation)."""
+        return [d for d, _ in self.assess_many(texts)]
+
+    def assess_many(self, texts: Sequence[str]) -> list[Assessment]:
+        """Blocking: difficulty and embedding of each text (the executor thread, the replay)."""
         if not texts:
             return []
         emb = self.encoder.embed(texts, self.artifact.max_tokens)
-        values = self.artifact.head.difficulty(emb, texts)
-        return [float(v) for v in np.asarray(values, dtype=np.float64)]
+        values = np.asarray(self.artifact.head.difficulty(emb, texts), dtype=np.float64)
+        rows = np.asarray(emb, dtype=np.float32)
+        return [(float(v), rows[i]) for i, v in enumerate(values)]
 
     def score_sync(self, text: str) -> float:
         return self.score_many([text])[0]
 
     async def score(self, text: str) -> float:
+        return (await self.assess(text))[0]
+
+    async def assess(self, text: str) -> Assessment:
+        """Difficulty and embedding, off the event loop (cached by text: retries and repeats are common)."""
         key = _text_key(text)
         cached = self._cache.get(key)
         if cached is not None:

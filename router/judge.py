@@ -7,11 +7,12 @@ stores `needs_strong = 1 - verdict`.
 
 from __future__ import annotations
 
-from typing import Protocol
+import re
+from typing import Any, Protocol
 
 from router.answers import final_answer
 
-__all__ = ["AgreementJudge", "Judge"]
+__all__ = ["GRADER_SYSTEM", "AgreementJudge", "Judge", "grader_messages", "grader_verdict"]
 
 
 class Judge(Protocol):
@@ -30,3 +31,31 @@ class AgreementJudge:
         if a.kind in ("empty", "text") or b.kind in ("empty", "text"):
             return None
         return 1.0 if a.agrees(b) else 0.0
+
+
+# The grader judge: the strong tier grades the cheap answer against its own (open-ended answers, where
+# final answers cannot be compared). The prompt and the parsing are pure; the gateway makes the call.
+GRADER_SYSTEM = (
+    "You grade answers. Given a question, a reference answer and a candidate answer, decide whether "
+    "the candidate is as correct and as useful as the reference. Reply with one word: YES or NO."
+)
+# Each side is cut to this many characters: the grading call's size stays bounded whatever the answers.
+_GRADER_CHARS = 8000
+_VERDICT = re.compile(r"\b(YES|NO)\b", re.IGNORECASE)
+
+
+def grader_messages(question: str, cheap: str, strong: str) -> list[dict[str, Any]]:
+    """The grading request's chat messages (the strong answer is the reference)."""
+    user = (
+        f"Question:\n{question[:_GRADER_CHARS]}\n\nReference answer:\n{strong[:_GRADER_CHARS]}\n\n"
+        f"Candidate answer:\n{cheap[:_GRADER_CHARS]}\n\nIs the candidate as good as the reference? YES or NO."
+    )
+    return [{"role": "system", "content": GRADER_SYSTEM}, {"role": "user", "content": user}]
+
+
+def grader_verdict(reply: str) -> float | None:
+    """The grader's first YES/NO word as a verdict; None when it gave neither (no label is recorded)."""
+    m = _VERDICT.search(reply)
+    if m is None:
+        return None
+    return 1.0 if m.group(1).upper() == "YES" else 0.0

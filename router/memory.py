@@ -89,6 +89,7 @@ class OutcomeMemory:
         self._labels = np.zeros(capacity, dtype=np.float32)
         self._size = 0
         self._next = 0
+        self._label_sum = 0.0  # over the filled rows: the base rate without a pass over the memory
 
     def __len__(self) -> int:
         return self._size
@@ -100,7 +101,10 @@ class OutcomeMemory:
         if v.shape[0] != self.dim:
             raise ValueError(f"embedding has dim {v.shape[0]}, memory has {self.dim}")
         self._rows[self._next] = v
+        if self._size == self.capacity:
+            self._label_sum -= float(self._labels[self._next])  # the outcome it overwrites
         self._labels[self._next] = needs_strong
+        self._label_sum += needs_strong
         self._next = (self._next + 1) % self.capacity
         self._size = min(self._size + 1, self.capacity)
 
@@ -113,7 +117,7 @@ class OutcomeMemory:
         k = min(self.k, self._size)
         top = np.argpartition(-sims, k - 1)[:k] if k < self._size else np.arange(self._size)
         top = top[np.argsort(-sims[top], kind="stable")]
-        base = float(self._labels[: self._size].mean())
+        base = min(max(self._label_sum / self._size, 0.0), 1.0)
         return Neighbourhood(sims[top].astype(np.float32), self._labels[top].copy(), base)
 
 

@@ -21,6 +21,7 @@ class EscalationReason(StrEnum):
     SCORER_REJECT = "scorer_reject"  # the trained answer scorer rates the answer as likely wrong
     EMPTY_ANSWER = "empty_answer"  # every answer of the step was blank
     TIER_ERROR = "tier_error"  # every call of the step failed (timeouts, 5xx, no replica)
+    SCHEMA_VIOLATION = "schema_violation"  # the answer does not conform to the request's JSON schema
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,6 +10,8 @@ pure and deterministic given their inputs, so the offline replay and the gateway
   accepting unscored answers would hide that misconfiguration.
 - Agreement: the share of the other answers with the same normalized final answer (router/answers.py).
   With nothing to compare against it scores 0.
+- SchemaConformance: whether the answer conforms to the request's `response_format` JSON schema (1 or
+  0); bound per request, since the schema is the request's (`Cascade.with_schema`).
 - TrainedAnswerScorer: logistic regression over router/answer_features.py, weights from a small JSON
   artifact (trained by eval/routing/scorer_train.py; the shipped ones are in router/scorer_artifacts/).
   Format 1 scores the answer alone. Format 2 (a *step* scorer) adds weights over the answer's context:
@@ -22,7 +24,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -30,7 +32,7 @@ from typing import Any, Protocol
 
 from router.answer_features import CONTEXT_BUCKETS, N_FEATURES, context_features, features
 from router.answers import final_answer
-from router.config import AgreementScorer, LogprobScorer, ScorerConfig, TrainedScorer
+from router.config import AgreementScorer, LogprobScorer, SchemaScorer, ScorerConfig, TrainedScorer
 from router.plan import Answer, EscalationReason
 
 ARTIFACT_FORMAT = "llmgw-answer-scorer/1"
@@ -68,6 +70,19 @@ class Agreement:
         mine = final_answer(prompt, answer.text)
         same = sum(1 for o in others if mine.agrees(final_answer(prompt, o.text)))
         return same / len(others)
+
+
+@dataclass(frozen=True, slots=True)
+class SchemaConformance:
+    """1 when the answer conforms to the request's JSON schema, else 0. `conforms` is the request's
+    check (the gateway builds it with jsonschema: gateway/guardrails/conformance.py); None (the request
+    asked for no schema, or the scorer is not bound yet) accepts every answer."""
+
+    conforms: Callable[[str], bool] | None = None
+    reject_reason: EscalationReason = EscalationReason.SCHEMA_VIOLATION
+
+    def score(self, prompt: str, answer: Answer, others: Sequence[Answer]) -> float:
+        return 1.0 if self.conforms is None or self.conforms(answer.text) else 0.0
 
 
 class ScorerArtifactError(ValueError):
@@ -168,4 +183,6 @@ def build_scorer(config: ScorerConfig, trained: TrainedAnswerScorer | None = Non
         return Agreement()
     if isinstance(config, TrainedScorer):
         return trained if trained is not None else TrainedAnswerScorer.load(config.artifact)
+    if isinstance(config, SchemaScorer):
+        return SchemaConformance()
     raise TypeError(f"unknown scorer config {config!r}")

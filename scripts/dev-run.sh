@@ -15,13 +15,22 @@ wait_for() {  # url, what[, tenths of a second]
   echo "$2 did not start; see .run/" >&2; exit 1
 }
 
+# The small pool also serves two LoRA adapters (config/example.yaml: alias `support`, or `small:legal`).
 if [ -n "${VLLM:-}" ]; then  # make run VLLM=1: real vLLM (the tiny model) serves both pools (~1.3 GiB RSS each)
-  VLLM_NAMES="small large" scripts/vllm-serve 2 & pids+=($!)
+  mkdir -p .run/adapters
+  ln -sfn "$PWD/.tools/tiny-model/lora-a" .run/adapters/support
+  ln -sfn "$PWD/.tools/tiny-model/lora-b" .run/adapters/legal
+  VLLM_NAMES="small large" VLLM_LORA_MODULES="support=$PWD/.run/adapters/support legal=$PWD/.run/adapters/legal" \
+    scripts/vllm-serve 2 & pids+=($!)
   echo "starting two vLLM servers (30-100 s)..."
   wait_for http://127.0.0.1:8001/health "vLLM small" 3000
   wait_for http://127.0.0.1:8002/health "vLLM large" 3000
 else
-  "$BIN/llmgw" sim --host 127.0.0.1 --port 8001 --served-model-name small --profile small >.run/sim-small.log 2>&1 & pids+=($!)
+  "$BIN/python" -c 'import sys; from pathlib import Path; from eval.sim.adapters import write_adapter
+for name in ("support", "legal"): write_adapter(Path(sys.argv[1]) / name)' .run/adapters
+  "$BIN/llmgw" sim --host 127.0.0.1 --port 8001 --served-model-name small --profile small \
+    --enable-lora --max-loras 2 --max-lora-rank 8 \
+    --lora-modules "support=$PWD/.run/adapters/support" "legal=$PWD/.run/adapters/legal" >.run/sim-small.log 2>&1 & pids+=($!)
   "$BIN/llmgw" sim --host 127.0.0.1 --port 8002 --served-model-name large --profile large >.run/sim-large.log 2>&1 & pids+=($!)
   wait_for http://127.0.0.1:8001/health "simulator small"
   wait_for http://127.0.0.1:8002/health "simulator large"
@@ -51,6 +60,7 @@ r = OpenAI().chat.completions.create(model="large", messages=[{"role": "user", "
 print(r.choices[0].message.content)'
 
   "model": "auto" lets the router pick small or large by difficulty (response header x-llmgw-tier).
+  "model": "support" is the small pool's LoRA adapter support; "small:legal" its adapter legal.
   A request without a valid key gets 401. Metrics: curl -s http://127.0.0.1:$PORT/metrics | grep llmgw_
   Ctrl-C stops everything.
 

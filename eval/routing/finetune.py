@@ -54,18 +54,10 @@ class FineTuneConfig:
     warmup: float = 0.1
     weight_decay: float = 0.01
     seed: int = 0
-    # Soup size: fine-tune this many members (seeds seed, seed+1, ...) from the same base weights and
-    # average their weights before compressing (model soups, Wortsman et al. 2022): still one network,
-    # one encoder run at serving time. Measured with 3 and left at 1: the average also moves less far
-    # from the base, trading id-CV for task-CV at the same mean (doc 008, "Weight soup").
-    seeds: int = 1
     threads: int = 2
-    freeze_embeddings: bool = True
     delta_rank: int = DEFAULT_RANK
 
     def __post_init__(self) -> None:
-        if self.seeds < 1:
-            raise ValueError(f"seeds must be >= 1, got {self.seeds}")
         if self.delta_rank < 1:
             raise ValueError(f"delta_rank must be >= 1, got {self.delta_rank}")
 
@@ -127,29 +119,15 @@ def _numpy_state(module: Any) -> dict[str, np.ndarray]:
     return {k: v.detach().cpu().numpy().copy() for k, v in module.state_dict().items()}
 
 
-def _member(cfg: FineTuneConfig, seed: int) -> Any:
-    """A network at the base weights, its head initialized from `seed`."""
+def _train(net: Any, token_ids: Sequence[Sequence[int]], target: FloatArray, cfg: FineTuneConfig) -> None:
+    """Fine-tune `net` in place on every row; `cfg.seed` also fixes the data order."""
     import torch
 
-    torch.manual_seed(seed)
-    return _regressor(cfg.layers)
-
-
-def _train_member(
-    net: Any,
-    token_ids: Sequence[Sequence[int]],
-    target: FloatArray,
-    train_idx: np.ndarray,
-    cfg: FineTuneConfig,
-    seed: int,
-) -> Any:
-    """Fine-tune `net` (from `_member(cfg, seed)`) in place; `seed` also fixes the data order."""
-    import torch
-
-    rng = np.random.default_rng(seed)
-    if cfg.freeze_embeddings:
-        for p in net.bert.embeddings.parameters():
-            p.requires_grad_(False)
+    rng = np.random.default_rng(cfg.seed)
+    train_idx = np.arange(len(token_ids))
+    # The word, position and type tables stay frozen: they have no delta (encoder_delta.py).
+    for p in net.bert.embeddings.parameters():
+        p.requires_grad_(False)
     net.train()
     optimizer = torch.optim.AdamW(
         [
@@ -173,7 +151,6 @@ def _train_member(
             loss.backward()  # type: ignore[no-untyped-call]
             optimizer.step()
             schedule.step()
-    return net
 
 
 def fine_tune(
@@ -182,26 +159,14 @@ def fine_tune(
     cfg: FineTuneConfig,
     meta: dict[str, Any] | None = None,
 ) -> encoder_delta.EncoderDelta:
-    """Fit on every row (a soup of `cfg.seeds` members), then compress the change to `cfg.delta_rank`."""
+    """Fit on every row, then compress the change to `cfg.delta_rank`."""
     import torch
 
     torch.set_num_threads(cfg.threads)
-    train_idx = np.arange(len(token_ids))
-    net = _member(cfg, cfg.seed)
+    torch.manual_seed(cfg.seed)  # the head's initialization
+    net = _regressor(cfg.layers)
     base = _numpy_state(net.bert)
-    _train_member(net, token_ids, target, train_idx, cfg, cfg.seed)
-    if cfg.seeds > 1:
-        # A uniform soup: the members' float weights (encoder and head) averaged element-wise in
-        # float64; integer buffers (position ids) are the same in every member and stay as they are.
-        first = _numpy_state(net)
-        total = {k: v.astype(np.float64) for k, v in first.items() if v.dtype.kind == "f"}
-        for member in range(1, cfg.seeds):
-            seed = cfg.seed + member
-            state = _numpy_state(_train_member(_member(cfg, seed), token_ids, target, train_idx, cfg, seed))
-            for k in total:
-                total[k] += state[k]
-        soup = {k: torch.from_numpy((v / cfg.seeds).astype(first[k].dtype)) for k, v in total.items()}
-        net.load_state_dict(soup, strict=False)
+    _train(net, token_ids, target, cfg)
     info = {"layers": cfg.layers, "fine_tune": asdict(cfg), **(meta or {})}
     return encoder_delta.compress(base, _numpy_state(net.bert), cfg.delta_rank, info)
 
@@ -227,13 +192,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--exclude", nargs="*", default=[], type=Path)
     parser.add_argument("--out", type=Path, default=encoder_delta.DEFAULT_DELTA)
     parser.add_argument("--rank", type=int, default=DEFAULT_RANK)
-    parser.add_argument("--seeds", type=int, default=1, help="soup size (members averaged)")
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     cfg = TrainConfig()
     if args.rank < 1:
         raise SystemExit("--rank must be >= 1: the delta is what gets committed")
-    ft = FineTuneConfig(layers=cfg.layers, delta_rank=args.rank, seeds=args.seeds)
+    ft = FineTuneConfig(layers=cfg.layers, delta_rank=args.rank)
     encoder = base_encoder(cfg.layers)
     excluded = load_rows(list(args.exclude)) if args.exclude else ()
     ts = prepare(load_rows(list(args.data)), cfg, encoder, excluded)

@@ -156,7 +156,7 @@ def replay(
     seeded = len(memory)
     routed = np.empty(order.size, dtype=np.float64)
     to_strong = np.zeros(order.size, dtype=bool)
-    labelled = np.zeros(len(data.ids), dtype=bool)
+    explored = np.zeros(len(data.ids), dtype=bool)
     samples: list[ExploreSample] = []
     explore_cost = 0.0
     after_warmup = order.size
@@ -176,12 +176,12 @@ def replay(
         if to_strong[pos] or rng.random() >= cfg.explore_rate:
             continue
         explore_cost += data.strong_cost[i]
+        explored[i] = True  # a strong call made, whether or not the judge can tell
         judged = _judged(data, i, cfg.judge)
         if judged is None:
             continue
         memory.add(data.emb[i], judged[0])
         samples.append(judged[1])
-        labelled[i] = True
         if marks and len(memory) - seeded == marks[0]:
             marks.pop(0)
             curve.append(_frozen_point(memory, data, order[pos + 1 :], params))
@@ -194,7 +194,7 @@ def replay(
     sc, wc = data.strong_cost[order], data.weak_cost[order]
     explore_share = explore_cost / float(sc.sum()) if sc.sum() > 0 else math.nan
     tail_curve = routing_curve(d_tail, data.strong[tail], data.weak[tail]) if tail.size >= 2 else None
-    calls = float(np.sum(~to_strong & labelled[order])) / order.size
+    calls = float(np.sum(~to_strong & explored[order])) / order.size
     report: dict[str, Any] = {
         "rows": int(order.size),
         "seed": cfg.seed,

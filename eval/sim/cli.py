@@ -2,12 +2,15 @@
 
 Settings come from a profile (a built-in name or a YAML file, see `profile.py`); flags override single
 profile fields. Server identity (`--served-model-name`, `--api-key`, replay) is flag-only, with vLLM's
-spellings so a chart or test can swap a real replica for the simulator.
+spellings so a chart or test can swap a real replica for the simulator. So are LoRA's (`--enable-lora`,
+`--lora-modules`, `--max-loras`, `--max-lora-rank`, env `VLLM_ALLOW_RUNTIME_LORA_UPDATING`), plus the
+simulator's `--lora-swap-ms` (`lora.py`, `adapters.py`).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import Any
 
@@ -65,6 +68,14 @@ def register(parser: argparse.ArgumentParser) -> None:
         help="prefix caching (default on, like vLLM V1)",
     )
     parser.add_argument(
+        "--speculative-config",
+        metavar="JSON",
+        help="speculative decoding, vLLM's flag: method and num_speculative_tokens are read",
+    )
+    parser.add_argument(
+        "--spec-acceptance", type=float, help="per-token draft acceptance probability (default 0.78)"
+    )
+    parser.add_argument(
         "--api-key", nargs="+", metavar="KEY", help="require 'Authorization: Bearer KEY' on /v1/*"
     )
     parser.add_argument(
@@ -82,16 +93,70 @@ def register(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="usage.prompt_tokens_details.cached_tokens (vLLM's flag; without it the field is null)",
     )
+    _lora_flags(parser)
     parser.add_argument("--log-level", default="warning", help="uvicorn log level")
     parser.set_defaults(func=run)
 
 
-def _overrides(args: argparse.Namespace) -> dict[str, Any]:
+def _lora_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--enable-lora", action="store_true", help="serve LoRA adapters (vLLM's flag)")
+    parser.add_argument(
+        "--lora-modules",
+        nargs="+",
+        default=[],
+        metavar="SPEC",
+        help='adapters loaded at start: name=path or JSON {"name","path","base_model_name"}',
+    )
+    parser.add_argument("--max-loras", type=int, default=1, help="adapters in one batch (GPU slots)")
+    parser.add_argument(
+        "--max-lora-rank", type=int, default=16, choices=(1, 8, 16, 32, 64, 128, 256, 320, 512)
+    )
+    parser.add_argument(
+        "--lora-swap-ms", type=float, default=30.0, help="simulator: cost of swapping an adapter into a slot"
+    )
+    parser.add_argument(
+        "--allow-runtime-lora-updating",
+        action="store_true",
+        help="simulator: the load/unload routes, as env VLLM_ALLOW_RUNTIME_LORA_UPDATING=True gives",
+    )
+
+
+def _lora_config(args: argparse.Namespace) -> dict[str, Any]:
+    """The SimConfig fields of the LoRA flags. Raises ValueError for a bad combination."""
+    from eval.sim.adapters import parse_lora_modules
+    from eval.sim.lora import LoraSettings
+
+    modules = parse_lora_modules(list(args.lora_modules))
+    env = os.environ.get("VLLM_ALLOW_RUNTIME_LORA_UPDATING", "0").strip().lower() in ("1", "true")
+    if not args.enable_lora:
+        if modules:
+            raise ValueError("--lora-modules needs --enable-lora")
+        return {"runtime_lora": env or args.allow_runtime_lora_updating}
+    if args.max_loras < 1 or args.lora_swap_ms < 0:
+        raise ValueError("--max-loras must be at least 1 and --lora-swap-ms not negative")
     return {
+        "lora": LoraSettings(args.max_loras, args.max_lora_rank, args.lora_swap_ms),
+        "lora_modules": tuple(modules),
+        "runtime_lora": env or args.allow_runtime_lora_updating,
+    }
+
+
+def _overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """Profile fields the flags set. Raises ValueError for a malformed --speculative-config."""
+    from eval.sim.speculation import from_vllm_json
+
+    out = {
         field: getattr(args, dest)
         for dest, field in _PROFILE_FLAGS.items()
         if getattr(args, dest) is not None
     }
+    if args.speculative_config:
+        out["speculative"] = from_vllm_json(args.speculative_config)
+    if args.spec_acceptance is not None:
+        if "speculative" not in out:
+            raise ValueError("--spec-acceptance needs --speculative-config")
+        out["speculative"]["acceptance"] = args.spec_acceptance
+    return out
 
 
 def run(args: argparse.Namespace) -> int:
@@ -103,7 +168,8 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         profile = load_profile(args.profile, _overrides(args))
-    except ProfileError as exc:
+        lora = _lora_config(args)
+    except (ProfileError, ValueError) as exc:
         print(f"llmgw sim: {exc}", file=sys.stderr)
         return 2
     replay = None
@@ -123,9 +189,15 @@ def run(args: argparse.Namespace) -> int:
         replay=replay,
         legacy_metrics=args.legacy_metrics,
         prompt_tokens_details=args.enable_prompt_tokens_details,
+        **lora,
     )
+    try:
+        app = build_app(config)
+    except ValueError as exc:  # an adapter of --lora-modules did not load: vLLM does not start either
+        print(f"llmgw sim: {exc}", file=sys.stderr)
+        return 2
     uvicorn.run(
-        build_app(config),
+        app,
         host=args.host,
         port=args.port,
         loop="uvloop",

@@ -3,7 +3,10 @@
 A custom collector in an app-owned `CollectorRegistry` (no global registry) turns `EngineStats` and the
 engine's gauges into metric families on each scrape, so the request path never touches
 prometheus_client. Counters are declared without `_total`, as vLLM does; the exposition adds it.
-Every family carries `model_name` (the first served name) and `engine="0"`.
+Every family carries `model_name` (the first served name) and `engine="0"`, except
+`vllm:lora_requests_info` (with `--enable-lora`; labels `max_lora`, `waiting_lora_adapters`,
+`running_lora_adapters` only, one sample per label set with the time it was last set, see `lora.py`).
+`sim:lora_swaps_total` is the simulator's own: adapters copied into a GPU slot (vLLM exports no such count).
 """
 
 from __future__ import annotations
@@ -99,6 +102,21 @@ class EngineCollector(Collector):
         for reason, count in s.finished.items():
             success.add_metric([*self._labels, reason], count)
         yield success
+        if p.speculative is not None:  # vLLM registers these only with a speculative config
+            yield from self._spec_decode()
+        if e.lora is not None:  # vLLM registers the info gauge only with a LoRA config
+            info = GaugeMetricFamily(
+                "vllm:lora_requests_info",
+                "Running stats on lora requests.",
+                labels=["max_lora", "waiting_lora_adapters", "running_lora_adapters"],
+            )
+            max_lora = str(e.lora.settings.max_loras)
+            for (waiting, running), at in e.lora.info.samples.items():
+                info.add_metric([max_lora, waiting, running], at)
+            yield info
+            yield self._counter(
+                "sim:lora_swaps", "Adapters swapped into a GPU slot (simulator only).", e.lora.slots.swaps
+            )
         yield self._histogram(
             "vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", s.ttft
         )
@@ -118,6 +136,23 @@ class EngineCollector(Collector):
             "Histogram of time spent in WAITING phase for request.",
             s.queue_time,
         )
+
+    def _spec_decode(self) -> Iterator[Metric]:
+        s = self._engine.spec_stats
+        yield self._counter("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.", s.drafts)
+        yield self._counter("vllm:spec_decode_num_draft_tokens", "Number of draft tokens.", s.draft_tokens)
+        yield self._counter("vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.", s.accepted)
+        per_pos = CounterMetricFamily(
+            "vllm:spec_decode_num_accepted_tokens_per_pos",
+            "Accepted tokens per draft position.",
+            labels=["model_name", "engine", "position"],
+        )
+        k = self._engine.profile.speculative
+        depth = k.num_speculative_tokens if k is not None else 0
+        counts = s.per_position + [0] * (depth - len(s.per_position))
+        for i, count in enumerate(counts):
+            per_pos.add_metric([*self._labels, str(i)], count)
+        yield per_pos
 
 
 def build_registry(engine: Engine, model_name: str, legacy: bool) -> CollectorRegistry:

@@ -8,6 +8,9 @@ parameters are in milliseconds. The step model (docs/design/002-simulator.md):
             + prefill_per_token_ms  * uncached prompt tokens admitted this step
             + decode_per_seq_ms     * sequences decoding this step
             + decode_per_kv_token_ms * KV tokens held by those sequences
+
+With `speculative` (vLLM's `--speculative-config`), decode sequences are charged per verified token
+plus the draft cost (`eval/sim/speculation.py`).
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from eval.sim.speculation import SpecDecode
 
 
 class ProfileError(ValueError):
@@ -40,6 +45,7 @@ class SimProfile(BaseModel):
     output_len_sigma: float = Field(0.6, ge=0, description="log-normal sigma of the answer length")
     embedding_dim: int = Field(384, ge=1)
     seed: int = 0
+    speculative: SpecDecode | None = Field(None, description="speculative decoding (vLLM's spec config)")
 
     @model_validator(mode="after")
     def _context_fits_in_kv(self) -> SimProfile:

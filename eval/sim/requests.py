@@ -16,6 +16,7 @@ from typing import Any
 
 import orjson
 
+from eval.sim.adapters import AdapterRegistry
 from eval.sim.errors import ApiError, bad_request, invalid_value, validation_error
 from eval.sim.profile import SimProfile
 from eval.sim.replay import ReplayIndex
@@ -53,6 +54,7 @@ class Job:
     logprobs: list[list[tuple[float, list[tuple[str, float]]]]] = field(default_factory=list)
     replay_hit: bool | None = None  # None: replay mode off
     prompt_tokens_details: bool = False  # usage reports cached_tokens (else prompt_tokens_details: null)
+    lora: str | None = None  # the adapter that answers (None: the base model)
 
 
 @dataclass(slots=True)
@@ -66,6 +68,7 @@ class Context:
     id_prefix: str
     counter: int = 0
     prompt_tokens_details: bool = False  # vLLM's --enable-prompt-tokens-details
+    adapters: AdapterRegistry | None = None  # with --enable-lora
 
     def next_id(self, prefix: str) -> str:
         self.counter += 1
@@ -90,9 +93,12 @@ def decode_body(raw: bytes) -> dict[str, Any]:
 
 
 def check_model(ctx: Context, body: dict[str, Any]) -> str:
+    """The name the answer carries: the first served name, or the adapter's (vLLM echoes its name)."""
     model = body.get("model")
     if model is None:  # vLLM serves its default model when `model` is omitted
         return ctx.served_names[0]
+    if ctx.adapters is not None and model in ctx.adapters:
+        return str(model)
     if model not in ctx.served_names:
         aliases = ", ".join(ctx.served_names)
         raise ApiError(404, f"The model `{model}` does not exist. Valid aliases: {aliases}.", "model")
@@ -230,9 +236,9 @@ def _choice_rng(ctx: Context, body: dict[str, Any], prompt: str, index: int) -> 
     return random.Random(ctx.rng.getrandbits(64))
 
 
-def _prompt(ctx: Context, text: str, top: int | None) -> Prompt:
+def _prompt(ctx: Context, text: str, top: int | None, salt: int = 0) -> Prompt:
     pieces = tokenize(text)
-    prompt = Prompt(len(pieces), block_hashes(pieces, ctx.profile.block_size))
+    prompt = Prompt(len(pieces), block_hashes(pieces, ctx.profile.block_size, salt=salt))
     if top is not None:
         prompt.logprobs = prompt_logprobs(random.Random(zlib.crc32(text.encode())), pieces, top)
     return prompt
@@ -292,6 +298,9 @@ def _build(
     top: int | None,
 ) -> Job:
     model = check_model(ctx, body)
+    lora = None if model == ctx.served_names[0] else model
+    # An adapter answers differently from the base model: its name seeds the text and keys its blocks.
+    tag, salt = (f"<|lora:{lora}|>", zlib.crc32(lora.encode()) + 1) if lora else ("", 0)
     n = _int(body, "n", 1, 1, 128) or 1
     stream, include_usage, continuous = _stream_flags(body)
     prompts: list[Prompt] = []
@@ -302,14 +311,15 @@ def _build(
         _logprobs(body, "prompt_logprobs", "prompt") if body.get("prompt_logprobs") is not None else None
     )
     for prompt_text, key in texts:
-        prompt = _prompt(ctx, prompt_text, prompt_top)
+        prompt = _prompt(ctx, prompt_text, prompt_top, salt)
         prompts.append(prompt)
         max_tokens = _max_tokens(ctx, requested[0], requested[1], prompt.pieces_len)
-        fixed = ctx.replay.lookup(key) if ctx.replay is not None else None
+        # The recorded answers are the base model's: an adapter never replays them.
+        fixed = ctx.replay.lookup(key) if ctx.replay is not None and lora is None else None
         if ctx.replay is not None:
             replay_hit = (replay_hit is not False) and fixed is not None
         for i in range(n):
-            rng = _choice_rng(ctx, body, prompt_text, i)
+            rng = _choice_rng(ctx, body, tag + prompt_text, i)
             gen = _answer(ctx, body, rng, max_tokens, fixed, kind == "chat")
             choices.append(gen)
             if top is not None:
@@ -329,6 +339,7 @@ def _build(
         logprobs,
         replay_hit,
         ctx.prompt_tokens_details,
+        lora,
     )
 
 

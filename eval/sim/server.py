@@ -23,9 +23,11 @@ from typing import Any
 
 import orjson
 
+from eval.sim.adapters import AdapterRegistry, LoraModule, load_request, model_permission, unload_request
 from eval.sim.embeddings import embeddings_response
 from eval.sim.engine import Engine, Sequence
 from eval.sim.errors import ApiError
+from eval.sim.lora import EngineLora, LoraSettings
 from eval.sim.metrics import CONTENT_TYPE, build_registry, render
 from eval.sim.profile import SimProfile
 from eval.sim.replay import ReplayIndex
@@ -55,6 +57,9 @@ class SimConfig:
     replay: ReplayIndex | None = None
     legacy_metrics: bool = False
     prompt_tokens_details: bool = False  # vLLM's --enable-prompt-tokens-details
+    lora: LoraSettings | None = None  # --enable-lora
+    lora_modules: tuple[LoraModule, ...] = ()
+    runtime_lora: bool = False  # VLLM_ALLOW_RUNTIME_LORA_UPDATING: the load/unload routes exist
 
 
 async def _read_body(receive: Receive) -> bytes:
@@ -82,7 +87,11 @@ class SimApp:
     def __init__(self, config: SimConfig) -> None:
         self.config = config
         profile = config.profile
-        self.engine = Engine(profile)
+        self.engine = Engine(profile, EngineLora(config.lora) if config.lora is not None else None)
+        self.adapters: AdapterRegistry | None = None
+        if config.lora is not None:  # ValueError when a --lora-modules adapter does not load
+            self.adapters = AdapterRegistry(config.served_names, config.lora.max_lora_rank)
+            self.adapters.load_modules(list(config.lora_modules))
         self.registry = build_registry(self.engine, config.served_names[0], config.legacy_metrics)
         self.ctx = Context(
             profile=profile,
@@ -91,6 +100,7 @@ class SimApp:
             rng=random.Random(profile.seed),
             id_prefix=os.urandom(4).hex(),
             prompt_tokens_details=config.prompt_tokens_details,
+            adapters=self.adapters,
         )
         self.instant = profile.is_instant
         self.in_flight = 0
@@ -106,6 +116,9 @@ class SimApp:
             ("GET", "/metrics"): self._metrics,
             ("GET", "/load"): self._load,
         }
+        if config.runtime_lora:  # vLLM attaches these routes only then
+            self._routes[("POST", "/v1/load_lora_adapter")] = self._load_adapter
+            self._routes[("POST", "/v1/unload_lora_adapter")] = self._unload_adapter
         self._paths = {path for _, path in self._routes}
 
     @property
@@ -181,26 +194,44 @@ class SimApp:
                 "root": root,
                 "parent": None,
                 "max_model_len": self.config.profile.max_model_len,
-                "permission": [
-                    {
-                        "id": f"modelperm-{self.ctx.id_prefix}{i}",
-                        "object": "model_permission",
-                        "created": self.created,
-                        "allow_create_engine": False,
-                        "allow_sampling": True,
-                        "allow_logprobs": True,
-                        "allow_search_indices": False,
-                        "allow_view": True,
-                        "allow_fine_tuning": False,
-                        "organization": "*",
-                        "group": None,
-                        "is_blocking": False,
-                    }
-                ],
+                "permission": [model_permission(f"modelperm-{self.ctx.id_prefix}{i}", self.created)],
             }
             for i, name in enumerate(self.config.served_names)
         ]
+        if self.adapters is not None:
+            data.extend(self.adapters.cards(self.created, self.ctx.id_prefix))
         await _respond(send, 200, orjson.dumps({"object": "list", "data": data}))
+
+    # --- LoRA adapters (adapters.py) ----------------------------------------------------------------
+    async def _load_adapter(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self._adapter_call(receive, send, load_request)
+
+    async def _unload_adapter(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self._adapter_call(receive, send, unload_request)
+
+    async def _adapter_call(
+        self, receive: Receive, send: Send, call: Callable[[AdapterRegistry, dict[str, Any]], str]
+    ) -> None:
+        raw = await _read_body(receive)
+        try:
+            if self.adapters is None:
+                raise ApiError(500, "LoRA is not enabled (--enable-lora).", None, "InternalServerError")
+            body = decode_body(raw)
+            text = call(self.adapters, body)
+        except ApiError as exc:
+            await _respond(send, exc.status, exc.body())
+            return
+        if self.engine.lora is not None:  # unloaded or reloaded in place: its slot is stale
+            self.engine.lora.slots.discard(body["lora_name"])
+        out = text.encode()  # vLLM answers with a bare Starlette Response: no content type
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-length", str(len(out)).encode())],
+            }
+        )
+        await send({"type": "http.response.body", "body": out})
 
     async def _embeddings(self, scope: Scope, receive: Receive, send: Send) -> None:
         raw = await _read_body(receive)
@@ -239,6 +270,7 @@ class SimApp:
                 max(1, len(gen.pieces)),
                 gen.engine_reason,
                 now,
+                lora=job.lora,
             )
             for i, gen in enumerate(job.choices)
         ]

@@ -25,18 +25,21 @@ def count_tokens(text: str) -> int:
     return len(_PIECE.findall(text))
 
 
-def block_hashes(pieces: Sequence[str], block_size: int, max_blocks: int | None = None) -> list[int]:
+def block_hashes(
+    pieces: Sequence[str], block_size: int, max_blocks: int | None = None, salt: int = 0
+) -> list[int]:
     """Chain hashes of the full blocks of `pieces` (vLLM's prefix-cache key scheme).
 
     Each block's hash covers its own pieces and its parent's hash, so a block matches only when the whole
     prefix before it matches. Python's `hash` is per-process salted, which is fine: the cache lives in
-    one process.
+    one process. `salt` starts the chain: vLLM keys the blocks of a LoRA request by its adapter too, so
+    an adapter's prompt never hits the base model's (or another adapter's) cached blocks.
     """
     n_full = len(pieces) // block_size
     if max_blocks is not None:
         n_full = min(n_full, max_blocks)
     out: list[int] = []
-    parent = 0
+    parent = salt
     for i in range(n_full):
         parent = hash((parent, tuple(pieces[i * block_size : (i + 1) * block_size])))
         out.append(parent)

@@ -1,4 +1,4 @@
-"""Write the tokenizer, the model and the LoRA adapter of `recipe.py` into a directory.
+"""Write the tokenizer, the model and the LoRA adapters of `recipe.py` into a directory.
 
 Imports torch, transformers, tokenizers and peft: run it with the vLLM venv (`.tools/vllm`), where they
 are installed; `__main__` decides whether a build is needed without importing any of them.
@@ -50,27 +50,32 @@ def build_model(vocab_size: int) -> LlamaForCausalLM:
     return model
 
 
-def save_lora(model: LlamaForCausalLM, base_dir: Path, out: Path) -> None:
+def save_lora(model: LlamaForCausalLM, base_dir: Path, out: Path, seed_offset: int) -> None:
     peft = importlib.import_module("peft")  # only in the vLLM venv; untyped on purpose
     config = peft.LoraConfig(task_type="CAUSAL_LM", **recipe.LORA)
     adapted = peft.get_peft_model(model, config)
-    gen = torch.Generator().manual_seed(recipe.SEED + 1)
+    gen = torch.Generator().manual_seed(recipe.SEED + seed_offset)
     with torch.no_grad():
         for name, param in sorted(adapted.named_parameters()):
             if "lora_" in name:
                 param.copy_(torch.randn(param.shape, generator=gen) * recipe.LORA_INIT_STD)
     # Relative, not the build directory: the files are moved after the build and must not name it.
     adapted.peft_config["default"].base_model_name_or_path = base_dir.name
+    # peft keeps target_modules as a set, which JSON-dumps in hash order (PYTHONHASHSEED): sorted, the
+    # adapter_config.json of a build is the same bytes on every run.
+    adapted.peft_config["default"].target_modules = sorted(adapted.peft_config["default"].target_modules)
     adapted.save_pretrained(str(out))
 
 
 def build(out: Path) -> None:
-    """Write `out/model` (tokenizer + bf16 weights) and `out/lora-a` (a rank-8 adapter)."""
+    """Write `out/model` (tokenizer + bf16 weights) and `out/lora-a`, `lora-b`, `lora-c` (rank-8 adapters)."""
     tokenizer = build_tokenizer()
     model = build_model(len(tokenizer))
     model_dir = out / "model"
     tokenizer.save_pretrained(str(model_dir))
     model.bfloat16().save_pretrained(str(model_dir))
     model.generation_config.save_pretrained(str(model_dir))
-    # The adapter is made on an fp32 copy of the same weights (peft trains in fp32; vLLM casts it).
-    save_lora(build_model(len(tokenizer)), model_dir, out / "lora-a")
+    # Each adapter is made on a fresh fp32 copy of the same weights (peft trains in fp32; vLLM casts it;
+    # get_peft_model wraps the model it is given, so one copy per adapter).
+    for name, seed_offset in recipe.LORA_ADAPTERS.items():
+        save_lora(build_model(len(tokenizer)), model_dir, out / name, seed_offset)

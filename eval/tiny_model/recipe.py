@@ -38,6 +38,9 @@ MODEL_CONFIG: dict[str, Any] = {
 LM_HEAD_SCALE = 20.0
 LORA = {"r": 8, "lora_alpha": 16, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj"]}
 LORA_INIT_STD = 0.05  # peft's default init leaves B = 0 (a no-op adapter); this one changes the output
+# The adapters, each its own random init (seed SEED + offset) of the same LORA recipe; lora-a's offset
+# is the one the single adapter had, so its files are unchanged.
+LORA_ADAPTERS: dict[str, int] = {"lora-a": 1, "lora-b": 2, "lora-c": 3}
 CORPUS_MODULES = (
     "argparse.py",
     "difflib.py",
@@ -80,6 +83,7 @@ def digest(lib_versions: dict[str, str]) -> str:
         "lm_head_scale": LM_HEAD_SCALE,
         "lora": LORA,
         "lora_std": LORA_INIT_STD,
+        "lora_adapters": LORA_ADAPTERS,
         "libs": lib_versions,
     }
     h.update(json.dumps(recipe, sort_keys=True).encode())

@@ -17,6 +17,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from gateway import __version__
+from gateway.config import Policy
 from gateway.edge.exchange import Kind, Receive, RequestHeaders, Scope, Send
 from gateway.edge.openapi import (
     ANTHROPIC_ERRORS,
@@ -158,6 +159,20 @@ def _delegate_endpoint(app: GatewayApp, kind: Kind) -> Any:
     return endpoint
 
 
+def _adapter_cards(policy: Policy, aliases: list[str], created: int) -> list[ModelCard]:
+    """`<alias>:<adapter>` of every callable direct alias on a LoRA pool, with the alias as parent."""
+    pools = {p.name: p for p in policy.pools}
+    cards = []
+    for m in policy.models:
+        lora = pools[m.route.pool].lora if m.route.pool is not None else None
+        if m.name in aliases and lora is not None and m.route.adapter is None:
+            cards += [
+                ModelCard(id=f"{m.name}:{a.name}", created=created, owned_by="llm-gateway", parent=m.name)
+                for a in lora.adapters
+            ]
+    return cards
+
+
 def _service_routes(api: FastAPI, app: GatewayApp) -> None:
     async def callable_aliases(request: Request) -> list[str]:
         """The aliases the caller's key may use: allowed by its models, served by a pool it may use."""
@@ -175,14 +190,19 @@ def _service_routes(api: FastAPI, app: GatewayApp) -> None:
         """The aliases the caller's key may use."""
         created = int(app.started_at)
         aliases = await callable_aliases(request)
-        return ModelList(data=[ModelCard(id=a, created=created, owned_by="llm-gateway") for a in aliases])
+        cards = [ModelCard(id=a, created=created, owned_by="llm-gateway") for a in aliases]
+        return ModelList(data=cards + _adapter_cards(app.policy, aliases, created))
 
     @api.get("/v1/models/{model:path}", response_model=ModelCard, responses=error_responses(401, 404, 503))
     async def retrieve_model(model: str, request: Request) -> ModelCard:
         """One alias the caller's key may use; any other name is a 404 (whether or not it exists)."""
-        if model not in await callable_aliases(request):
-            raise ModelNotFoundError.of(model)
-        return ModelCard(id=model, created=int(app.started_at), owned_by="llm-gateway")
+        aliases = await callable_aliases(request)
+        if model in aliases:
+            return ModelCard(id=model, created=int(app.started_at), owned_by="llm-gateway")
+        for card in _adapter_cards(app.policy, aliases, int(app.started_at)):
+            if card.id == model:
+                return card
+        raise ModelNotFoundError.of(model)
 
     # HEAD too: load balancers and uptime checkers probe with it.
     @api.api_route("/healthz", methods=["GET", "HEAD"], include_in_schema=False)

@@ -116,6 +116,7 @@ class Exchange:
         "rid", "kind", "endpoint", "tenant", "priority", "model", "pool", "status", "stream", "e2e",
         "task", "finished", "client_gone", "watcher", "watch_timer", "usage_in", "usage_out", "reported",
         "ttft", "tpot", "broken", "costs", "notes", "capture", "span", "cache", "speculating", "refusal",
+        "outcome", "adapter",
     )  # fmt: skip
 
     def __init__(self, rid: bytes = b"", kind: Kind = Kind.CHAT) -> None:
@@ -126,6 +127,7 @@ class Exchange:
         self.priority = 0  # the pool hold queue's priority (from the tenant's tier)
         self.model = "-"  # the alias that served (labels metrics), "-" before routing
         self.pool = "-"  # the pool that served, CACHE_POOL for a cache hit
+        self.adapter: str | None = None  # the LoRA adapter that served (labels the adapter metrics)
         self.status = 500
         self.stream = False
         self.e2e = 0.0  # arrival -> last byte, seconds
@@ -146,6 +148,9 @@ class Exchange:
         # skips the bookkeeping.
         self.notes: dict[str, Any] | None = None  # routing decision, escalations, the body (text on)
         self.capture: list[bytes] | None = None  # relayed answer bytes (text logging on)
+        # A routed answer's outcome record (gateway.routing.learning), kept with the delivery so that
+        # feedback on it can teach the router, on whichever replica the feedback reaches.
+        self.outcome: bytes | None = None
         self.span: Any = None  # the root span when tracing is on (gateway.observability.tracing.RootSpan)
         self.cache: bytes | None = None  # the cache status (hit, semantic-hit, miss, bypass) once known
         # Speculative admission (limits.speculative): the pool is being called while the admission is

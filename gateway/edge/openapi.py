@@ -157,6 +157,7 @@ class ModelCard(BaseModel):
     object: str = "model"
     created: int
     owned_by: str
+    parent: str | None = None  # `<alias>:<adapter>`: the alias it is an adapter of (as vLLM lists adapters)
 
 
 class ModelList(BaseModel):

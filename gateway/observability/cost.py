@@ -94,8 +94,15 @@ class CostMetrics:
             if m.route.policy is not None:
                 for t in m.route.policy.tiers:
                     self.prices[(m.name, t.pool)] = t.price or pool_price.get(t.pool)
-            elif m.route.pool is not None:
-                self.prices[(m.name, m.route.pool)] = pool_price.get(m.route.pool)
+            else:  # one pool, or a speculative alias's two
+                for pool in m.route.pools:
+                    self.prices[(m.name, pool)] = pool_price.get(pool)
+        # A LoRA adapter's price overrides its pool's (pools[].lora.adapters[].price).
+        self.adapter_prices: dict[tuple[str, str], Price | None] = {
+            (p.name, a.name): a.price or p.price
+            for p in policy.pools
+            for a in (p.lora.adapters if p.lora is not None else ())
+        }
         self._children: dict[tuple[str, str], _OrgPool] = {}
         self.totals: dict[str, _Totals] = {}
         registry.register(_PerAcceptedCollector(self.totals))

@@ -43,6 +43,12 @@ __all__ = ["Delivered", "Feedback", "FeedbackAck", "FeedbackRequest", "FeedbackS
 
 OnRated = Callable[[str, str, bool, float | None, Delivered], None]
 _log = logging.getLogger("llmgw.feedback")
+
+
+def _rated_twice(request_id: str) -> ConflictError:
+    return ConflictError(f"request '{request_id}' was already rated", code="feedback_exists")
+
+
 _POOL_BITS = 16  # pool index in the low bits of an entry, delivery time (0.1 s ticks, +1) above
 
 
@@ -116,6 +122,9 @@ class FeedbackStore:
         pool = self._pools[best & ((1 << _POOL_BITS) - 1)]
         return Delivered(pool, at, key in self._rated, self._extras[best_i])
 
+    def rated(self, org: str, request_id: str) -> bool:
+        return hash((org, request_id)) in self._rated
+
     def mark_rated(self, org: str, request_id: str) -> None:
         self._rated.add(hash((org, request_id)))
 
@@ -173,22 +182,26 @@ class Feedback:
         rid = body.request_id
         d = self.store.find(org, rid)
         if d is not None and d.rated:
-            raise ConflictError(f"request '{rid}' was already rated", code="feedback_exists")
+            raise _rated_twice(rid)
+        local = d is not None
         shared = self.shared
         if shared is not None:
             try:
                 d = d or await shared.find(org, rid)
                 if d is not None and (d.rated or not await shared.claim(org, rid)):
-                    raise ConflictError(f"request '{rid}' was already rated", code="feedback_exists")
+                    raise _rated_twice(rid)
             except FeedbackStoreUnavailable as e:
-                if d is None:
+                if not local:  # without the rated marker another replica could rate it again
                     raise UpstreamUnavailableError(
                         f"the feedback store is unavailable ({e})", code="feedback_store_unavailable"
                     ) from None
                 # Served here: rated locally; only another replica could rate it a second time.
+                if self.store.rated(org, rid):  # rated here while this one waited for Redis
+                    raise _rated_twice(rid) from None
         if d is None:
             raise NotFoundError(f"no answer with request id '{rid}' to rate (or it expired)")
-        self.store.mark_rated(org, rid)
+        if local:  # another replica's answer is marked in Redis; marking it here would never expire
+            self.store.mark_rated(org, rid)
         self._cost.feedback.labels(d.pool, "true" if body.accepted else "false").inc()
         if not body.accepted:
             self._cost.reject(org, d.pool)

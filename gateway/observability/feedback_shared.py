@@ -147,7 +147,11 @@ class SharedFeedback:
             except TimeoutError:
                 pass
             self._wake.clear()
-            await self.flush()
+            try:
+                await self.flush()
+            except Exception:  # anything but Redis failing (handled in flush): keep sharing, say so
+                self.flush_errors.inc()
+                _log.exception("feedback flush failed")
 
     async def flush(self) -> None:
         """Write up to `batch` buffered records per pipeline until the buffer is empty."""
@@ -172,7 +176,13 @@ class SharedFeedback:
             value, rated = await self._redis.mget(key, key + ":rated")
         except (RedisError, OSError) as e:
             raise FeedbackStoreUnavailable(str(e)) from None
-        return decode(value, rated is not None) if isinstance(value, bytes) else None
+        if not isinstance(value, bytes):
+            return None
+        try:
+            return decode(value, rated is not None)
+        except (struct.error, UnicodeDecodeError):  # not a record this code wrote: as unknown
+            _log.warning("feedback record under %s does not decode", key)
+            return None
 
     async def claim(self, org: str, request_id: str) -> bool:
         """Mark the answer rated; False if some replica already did."""

@@ -13,7 +13,10 @@ from dataclasses import dataclass
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from gateway.config import Policy
+from gateway.observability._learning_metrics import LearningMetrics
+from gateway.observability.adapter_metrics import AdapterMetrics
 from gateway.observability.collectors import FailoverCollector, PoolsCollector
+from gateway.observability.drift_metrics import DriftGauges
 
 # The scrape-time collectors live in gateway.observability.collectors; importers may use either module.
 __all__ = [
@@ -44,7 +47,7 @@ class AliasMetrics:
     inflight: Gauge
 
 
-class Metrics:
+class Metrics(LearningMetrics):
     def __init__(self, policy: Policy) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         # Declared in this order (the order /metrics lists them in): relay, admission, pools, router, cache.
@@ -53,7 +56,12 @@ class Metrics:
         self._declare_admission(self.registry)
         self._declare_pools(self.registry)
         self._declare_router(self.registry)
+        self._declare_learning(self.registry)
+        self._declare_sharing(self.registry)
         self._declare_cache(self.registry)
+        self._declare_guardrails(self.registry)
+        self.drift = DriftGauges(self.registry)  # the drift canary's (gateway.upstream.drift_canary)
+        self.adapters = AdapterMetrics(policy, self.registry)  # LoRA adapters (pools[].lora)
         # Per (alias, pool): a routed alias has one child per tier pool.
         self.by_alias: dict[tuple[str, str], AliasMetrics] = {}
         for m in policy.models:
@@ -269,6 +277,26 @@ class Metrics:
             ["model"],
             registry=r,
         )
+
+    def _declare_guardrails(self, r: CollectorRegistry) -> None:
+        """Input guardrails and output conformance (gateway/guardrails/)."""
+        self.guardrail_events = Counter(
+            "llmgw_guardrail_events",
+            "Guardrail events by guardrail (secrets, pii, injection, hidden_unicode, exfiltration, "
+            "prompt_size, tools, json_schema) and action (logged, redacted, blocked; json_schema: passed, "
+            "retried, failed)",
+            ["guardrail", "action"],
+            registry=r,
+        )
+        # Zero children, so the dashboard panel and rate() read 0 rather than "no data" before the first
+        # event (bounded: these pairs are all there is).
+        for guardrail in ("secrets", "pii", "injection", "hidden_unicode", "exfiltration"):
+            for action in ("logged", "redacted", "blocked"):
+                self.guardrail_events.labels(guardrail, action)
+        for guardrail, action in (("prompt_size", "blocked"), ("tools", "blocked")):
+            self.guardrail_events.labels(guardrail, action)
+        for action in ("passed", "retried", "failed"):
+            self.guardrail_events.labels("json_schema", action)
 
     def _declare_cache(self, r: CollectorRegistry) -> None:
         """The response cache, exact and semantic."""

@@ -46,6 +46,8 @@ class Observer:
         self._slo = SloMetrics(policy, registry).by_alias
         self.cost = CostMetrics(policy, registry)
         self._prices = self.cost.prices
+        self._adapter_prices = self.cost.adapter_prices
+        self.adapters = metrics.adapters
         self.feedback = Feedback(FeedbackStore(feedback_ttl_s, feedback_max_entries), self.cost, registry)
         self._remember = self.feedback.remember
         self.log = request_log
@@ -80,13 +82,20 @@ class Observer:
                     self.cost.charge(org, call_pool, usd)
                     cost += usd
             elif req.usage_in or req.usage_out:
-                price = self._prices.get((model, pool))
+                adapter = req.adapter
+                price = (
+                    self._prices.get((model, pool))
+                    if adapter is None
+                    else self._adapter_prices.get((pool, adapter))
+                )
                 if price is not None:
                     cost = price.cost(req.usage_in, req.usage_out)
                     self.cost.charge(org, pool, cost)
             if status == 200:
                 self.cost.accept(org, pool)
-                self._remember(org, req.rid.decode(), pool)
+                self._remember(org, req.rid.decode(), pool, req.outcome)
+        if req.adapter is not None:
+            self.adapters.finish(req, req.adapter)
         if self.log is not None:
             self.log.write(req, cost, verdict)
         if req.span is not None:
@@ -97,6 +106,7 @@ class Observer:
                 "llmgw.request_id": req.rid.decode(),
                 "llmgw.alias": model,
                 "llmgw.pool": pool,
+                "llmgw.adapter": req.adapter,
                 "llmgw.org": tenant.org if tenant else None,
                 "llmgw.app": tenant.app if tenant else None,
                 "llmgw.cost_usd": cost,

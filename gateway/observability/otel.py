@@ -136,6 +136,10 @@ class Tracing:
         finally:
             otel_context.detach(root.token)  # type: ignore[arg-type]
 
+    def event(self, root: RootSpan, name: str, attributes: dict[str, Any]) -> None:
+        if root.span.is_recording():
+            root.span.add_event(name, attributes)
+
     @contextlib.contextmanager
     def attempt(
         self, kind: Kind, engine: str, model: str, pool: str, url: str, headers: dict[str, str]

@@ -172,6 +172,34 @@ def _phone(m: re.Match[str]) -> str:
     return text
 
 
+# Words that make a bare digit run (no separator, no `+` or `(`) a phone number for the guardrails.
+_PHONE_CONTEXT = (
+    "phone",
+    "tel",
+    "call",
+    "mobile",
+    "cell",
+    "number",
+    "whatsapp",
+    "sms",
+    "text",
+    "fax",
+    "reach",
+)
+
+
+def _phone_in_context(m: re.Match[str]) -> str:
+    """The guardrails' phone rule: a bare run of digits is a phone number only after a word that says so
+    ("Is 1000000007 prime?" is math, "call 4155550132" is a number); refusing or rewriting a prompt
+    costs more than a redacted log line, so here precision matters too."""
+    text = m.group(0)
+    if text.isdigit() and not any(
+        w in m.string[max(0, m.start() - 40) : m.start()].lower() for w in _PHONE_CONTEXT
+    ):
+        return text
+    return _phone(m)
+
+
 def _basic(m: re.Match[str]) -> str:
     """After an Authorization key always; alone only when the base64 decodes to `user:password`."""
     if m.group(1) is None:
@@ -190,11 +218,14 @@ def _keep_key(m: re.Match[str]) -> str:
 
 
 Replacement = str | Callable[[re.Match[str]], str]
+Step = tuple[tuple[str, ...], re.Pattern[str], Replacement]
 
 # (words one of which the lower-cased text must contain for the pattern to be worth a scan, or none:
 # always; pattern; replacement), in the order of the module docstring. The words are a superset of
 # what each pattern needs, so skipping a scan never skips a match; most prompts skip most scans.
-_STEPS: tuple[tuple[tuple[str, ...], re.Pattern[str], Replacement], ...] = (
+# Split in two because the input guardrails (gateway/guardrails/) act on secrets and on personal data
+# under separate modes; the request log runs both, secrets first.
+SECRET_STEPS: tuple[Step, ...] = (
     (("private key",), _PEM, "[SECRET]"),
     (('"',), _JSON_FIELD, lambda m: m.group(1) + '[SECRET]"'),
     (("basic",), _BASIC, _basic),
@@ -206,17 +237,29 @@ _STEPS: tuple[tuple[tuple[str, ...], re.Pattern[str], Replacement], ...] = (
     (("access",), _AWS_SECRET, _keep_key),
     (("api", "secret", "token", "private", "pass", "pwd"), _ASSIGNED, _keep_key),
     (("pass", "pwd", "pin"), _PHRASE, _keep_key),
+)
+PII_STEPS: tuple[Step, ...] = (
     (("@",), _EMAIL, "[EMAIL]"),
     ((), _IBAN, _iban),
     ((), _CARD, _card),
     ((), _PHONE, _phone),
 )
+_STEPS = SECRET_STEPS + PII_STEPS
+# The input guardrails' personal data: the same patterns, bare digit runs need a phone word before them.
+GUARD_PII_STEPS: tuple[Step, ...] = (*PII_STEPS[:-1], ((), _PHONE, _phone_in_context))
+
+
+def scrub(text: str, steps: tuple[Step, ...], low: str | None = None) -> str:
+    """`text` with what `steps` find replaced (a result equal to `text`: nothing found); `low`: the
+    lower-cased text when the caller has it already."""
+    if low is None:
+        low = text.lower()
+    for words, pattern, replacement in steps:
+        if not words or any(w in low for w in words):
+            text = pattern.sub(replacement, text)
+    return text
 
 
 def redact(text: str) -> str:
     """`text` with secrets and personal data replaced by [SECRET], [EMAIL], [IBAN], [CARD], [PHONE]."""
-    low = text.lower()
-    for words, pattern, replacement in _STEPS:
-        if not words or any(w in low for w in words):
-            text = pattern.sub(replacement, text)
-    return text
+    return scrub(text, _STEPS)

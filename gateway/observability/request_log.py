@@ -3,7 +3,8 @@
 Off unless `LLMGW_REQUEST_LOG=true`. A line carries ids (request id, org, app, key id: never the
 key), the endpoint, alias, answering pool, routing decision of routed aliases (difficulty, cascade,
 start tier, escalations), status, tokens, latencies (TTFT, TPOT, end-to-end), cost and the SLO
-verdict. Prompt and response text are added only with `LLMGW_REQUEST_LOG_TEXT=true`, and then only
+verdict, and the guardrails that acted (category, action, where in the body; never the matched
+text). Prompt and response text are added only with `LLMGW_REQUEST_LOG_TEXT=true`, and then only
 after `gateway.observability.redact` has replaced e-mail addresses, phone and card numbers, API keys
 and bearer tokens: nothing unredacted is ever handed to the logger.
 
@@ -60,6 +61,7 @@ class RequestLog:
             "endpoint": req.endpoint.value,
             "alias": req.model,
             "pool": req.pool,
+            "adapter": req.adapter,
             "stream": req.stream,
             "status": req.status,
             "input_tokens": req.usage_in,
@@ -74,6 +76,9 @@ class RequestLog:
         route = notes.get("route")
         if route is not None:
             rec["route"] = {**route, "tier": req.pool, "escalations": notes.get("escalations", 0)}
+        guardrails = notes.get("guardrails")
+        if guardrails:  # which guardrail acted, how, where (gateway/guardrails/): never what matched
+            rec["guardrails"] = guardrails
         if self.text:
             body = notes.get("body")
             rec["prompt"] = redact(prompt_text(body)) if isinstance(body, dict) else None

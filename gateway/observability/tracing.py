@@ -47,6 +47,9 @@ class TraceHooks(Protocol):
     def end_request(self, root: Any, attributes: dict[str, Any], status: int) -> None:
         """Close the root span (and restore the context it replaced)."""
 
+    def event(self, root: Any, name: str, attributes: dict[str, Any]) -> None:
+        """An event on the root span (a guardrail acted)."""
+
 
 class NoTracing:
     enabled = False
@@ -66,4 +69,7 @@ class NoTracing:
         return None
 
     def end_request(self, root: Any, attributes: dict[str, Any], status: int) -> None:
+        return None
+
+    def event(self, root: Any, name: str, attributes: dict[str, Any]) -> None:
         return None

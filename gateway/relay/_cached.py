@@ -66,7 +66,7 @@ class CacheStage:
         miss). Sets `ctx.stream`. The request is validated as a miss would be (on a copy: the relay's
         own `prepare` rewrites the body for the pool later, on a miss)."""
         route = self._routes.any_route(ctx.alias)
-        prep = prepare(ctx.kind, dict(ctx.body), route.model, route.pool.config.model)
+        prep = prepare(ctx.kind, dict(ctx.body), route.model, route.upstream_model)
         if not prep.stream:
             return entry
         sse = replay(ctx.kind is Kind.CHAT, entry, prep.client_usage)

@@ -16,6 +16,8 @@ from gateway.budget.admission import Ticket
 from gateway.budget.usage import checked
 from gateway.dialects.exchange import DialectSend
 from gateway.edge.exchange import Exchange, Kind, RequestHeaders
+from gateway.guardrails.conformance import Check
+from gateway.guardrails.plan import GuardPlan
 from gateway.relay.normalize import Prepared
 from gateway.relay.response_cache import Lookup
 from gateway.routing.route import Route
@@ -26,6 +28,7 @@ class RequestContext(Exchange):
     __slots__ = (
         "headers", "t0", "body", "alias", "route", "decided", "prep", "ticket", "pending", "admitting",
         "look", "hit", "open_ended", "topup", "key", "reserved_in", "granted_out", "fault", "reply",
+        "guard", "schema",
     )  # fmt: skip
 
     def __init__(self, kind: Kind, headers: RequestHeaders, rid: bytes, t0: float) -> None:
@@ -51,6 +54,8 @@ class RequestContext(Exchange):
         self.granted_out = 0  # the output the pool may generate, every multiplier included
         self.fault: str | None = None  # what was wrong with the pool's usage (gateway.budget.usage)
         self.reply: DialectSend | None = None  # a dialect's request: its answers' translation
+        self.guard: GuardPlan | None = None  # the guardrails it is held to (the output policy is read later)
+        self.schema: Check | None = None  # its response_format JSON schema, when its output policy checks it
 
     def record(self, usage: Any) -> None:
         """The pool's reported usage, checked against the reservation (a missing or insane count is

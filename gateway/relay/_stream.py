@@ -17,8 +17,10 @@ from gateway.budget.admission import Admissions, Ticket
 from gateway.budget.usage import UsageFaults
 from gateway.edge.exchange import SSE_HEADERS, Kind, Send
 from gateway.errors import UpstreamError, UpstreamUnavailableError
+from gateway.guardrails.conformance import StreamCheck
 from gateway.observability.metrics import Metrics
 from gateway.relay._admit import Admit
+from gateway.relay._conform import Conform
 from gateway.relay._context import RequestContext
 from gateway.routing.route import Route
 from gateway.upstream.calls import UPSTREAM_FAILURES, CallSpec, OpenStream, PoolCalls
@@ -30,8 +32,11 @@ _SHUTDOWN_TAIL = error_event(
 
 
 class StreamCall:
-    def __init__(self, calls: PoolCalls, admit: Admit, admissions: Admissions, metrics: Metrics) -> None:
+    def __init__(
+        self, calls: PoolCalls, admit: Admit, admissions: Admissions, metrics: Metrics, conform: Conform
+    ) -> None:
         self._calls = calls
+        self._conform = conform
         self._admit = admit
         self._admissions = admissions
         self._metrics = metrics
@@ -46,9 +51,14 @@ class StreamCall:
         try:
             opened = await self._calls.open_stream(pool, call)
             ticket = await self._admit.granted(ctx)
+            # The alias's json_schema policy (pass / error), judged at the stream's end (which may be
+            # in the first read already).
+            check = self._conform.stream_check(ctx, ctx.schema) if ctx.schema is not None else None
+            if check is not None:
+                opened.first = check.feed(opened.first)
             t_first = t_last = await self._start(ctx, route, opened, ticket, send)
             overhead += perf_counter() - t_first
-            verdict, t_out, relay_cost = await self._relay(ctx, route, opened, ticket, send)
+            verdict, t_out, relay_cost = await self._relay(ctx, route, opened, (ticket, check), send)
             t_last = t_out or t_first
             overhead += relay_cost
             ctx.status = 200
@@ -73,10 +83,16 @@ class StreamCall:
         return t
 
     async def _relay(
-        self, ctx: RequestContext, route: Route, opened: OpenStream, ticket: Ticket, send: Send
+        self,
+        ctx: RequestContext,
+        route: Route,
+        opened: OpenStream,
+        admitted: tuple[Ticket, StreamCheck | None],
+        send: Send,
     ) -> tuple[str, float, float]:
         """The rest of the stream and its tail: (verdict, time of the last output event, the relay's own
-        CPU time)."""
+        CPU time). `admitted`: the ticket, and the schema judge of the alias's json_schema policy."""
+        ticket, check = admitted
         name = route.pool.config.name
         splitter, read, capture = opened.splitter, opened.read, ctx.capture
         verdict, t_last, overhead, tail = "neutral", 0.0, 0.0, b""
@@ -95,6 +111,8 @@ class StreamCall:
                 out, has_output = splitter.feed(chunk)
                 if has_output:
                     t_last = t
+                if check is not None and out:
+                    out = check.feed(out)
                 if out:
                     if capture is not None:
                         capture.append(out)
@@ -116,6 +134,8 @@ class StreamCall:
                 with contextlib.suppress(Exception):
                     await send({"type": "http.response.body", "body": _SHUTDOWN_TAIL, "more_body": False})
             raise
+        if check is not None:
+            self._conform.streamed(ctx, check)
         ctx.done()
         await send({"type": "http.response.body", "body": tail, "more_body": False})
         return verdict, t_last, overhead

@@ -1,7 +1,8 @@
 """Stage 7, call (unary): one pool call, its answer relayed as the pool's bytes.
 
 The answer is parsed once, for its usage only (checked against the reservation: gateway.budget.usage);
-the client gets the bytes the pool sent.
+the client gets the bytes the pool sent (or, under a `json_schema: retry_once` policy whose first answer
+violates the request's schema, the retry's: gateway/relay/_conform.py).
 """
 
 from __future__ import annotations
@@ -15,14 +16,16 @@ from gateway.edge.exchange import JSON_HEADERS, Send
 from gateway.errors import UpstreamError
 from gateway.observability.metrics import Metrics
 from gateway.relay._admit import Admit
+from gateway.relay._conform import Conform
 from gateway.relay._context import RequestContext
 from gateway.routing.route import Route
 from gateway.upstream.calls import CallSpec, PoolCalls
 
 
 class UnaryCall:
-    def __init__(self, calls: PoolCalls, admit: Admit, metrics: Metrics) -> None:
+    def __init__(self, calls: PoolCalls, admit: Admit, metrics: Metrics, conform: Conform) -> None:
         self._calls = calls
+        self._conform = conform
         self._admit = admit
         self._metrics = metrics
         self._faults = UsageFaults(metrics)
@@ -44,6 +47,10 @@ class UnaryCall:
         ctx.record(usage)
         if ctx.fault is not None:
             self._faults.count(pool.config.name, ctx.fault, usage)
+        if ctx.schema is not None:  # the alias's json_schema policy: pass, retry once, or refuse
+            retried = await self._conform.unary(ctx, route, call, parsed)
+            if retried is not None:
+                data = retried[0]
         route.count_usage(ctx.usage_in, ctx.usage_out)
         if ctx.capture is not None:
             ctx.capture.append(data)

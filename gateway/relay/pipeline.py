@@ -22,7 +22,7 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 from time import perf_counter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import orjson
@@ -51,11 +51,16 @@ from gateway.errors import (
     ModelNotFoundError,
     PermissionDeniedError,
 )
+from gateway.guardrails.conformance import schema_check
+from gateway.guardrails.plan import GuardTable
+from gateway.guardrails.stage import InputGuard
+from gateway.observability.feedback_shared import Delivered
 from gateway.observability.metrics import Metrics
 from gateway.observability.observer import Observer
 from gateway.relay._admit import Admit
 from gateway.relay._body import read_body
 from gateway.relay._cached import CacheStage
+from gateway.relay._conform import Conform
 from gateway.relay._context import RequestContext
 from gateway.relay._stream import StreamCall
 from gateway.relay._unary import UnaryCall
@@ -63,12 +68,17 @@ from gateway.relay.normalize import alias_of, input_size, parse_body, prepare
 from gateway.relay.response_cache import BYPASS, ResponseCache
 from gateway.routing.aliases import RoutedAlias
 from gateway.routing.cascade_runner import CascadeRunner
+from gateway.routing.explorer import Delivery, Explorer
+from gateway.routing.learning import Learning, decode_outcome, encode_outcome
 from gateway.routing.route import Route
-from gateway.routing.table import Routes
+from gateway.routing.table import Decided, Routes
 from gateway.tenancy.auth import Authenticator, Principal
 from gateway.upstream.calls import CallSpec, PoolCalls
 from gateway.upstream.h1 import H1Client
 from gateway.upstream.pool_client import PoolClient
+
+if TYPE_CHECKING:
+    from router.calibration import LiveCalibration  # ddsketch loads only when a live cut is used
 
 __all__ = ["Relay", "RelayParts"]
 
@@ -110,9 +120,14 @@ class Relay:
         calls = PoolCalls(parts.session, metrics, trace, parts.h1)
         self._admissions = parts.admissions
         self._admit = Admit(parts.admissions, parts.ids, parts.policy.limits.input_bytes_per_token, trace)
-        self._unary = UnaryCall(calls, self._admit, metrics)
-        self._stream = StreamCall(calls, self._admit, parts.admissions, metrics)
-        self._cascades = CascadeRunner(metrics, calls, trace)
+        self._conform = Conform(calls, self._admit, metrics)  # response_format json_schema policies
+        self._unary = UnaryCall(calls, self._admit, metrics, self._conform)
+        self._stream = StreamCall(calls, self._admit, parts.admissions, metrics, self._conform)
+        self._explorer = Explorer(metrics, calls, parts.admissions)
+        self._cascades = CascadeRunner(metrics, calls, trace, self._explorer.escalated)
+        # Input guardrails (gateway/guardrails/): None when the policy sets none, so they cost nothing.
+        guards = GuardTable(parts.policy)
+        self._guard = InputGuard(guards, metrics, trace) if guards.active else None
         self._cached = (
             CacheStage(parts.cache, self._routes, parts.admissions, parts.ids, trace) if parts.cache else None
         )
@@ -157,13 +172,17 @@ class Relay:
             raise refused
         raw = await read_body(ctx.headers.content_length, receive, self._max_body, self._max_depth)
         body = ctx.body = self._parsed(ctx, raw)
-        ctx.alias = alias_of(body)
+        ctx.alias, ctx.adapter = self._routes.split_adapter(alias_of(body))
         pools = self._permit(ctx, principal)
         if ctx.endpoint is Kind.COUNT_TOKENS:
             await self._count(ctx, send)
             return
         self.observer.begin(ctx, ctx.kind, body)
-        if self._cached is not None:
+        if self._guard is not None:
+            guard = ctx.guard = self._guard(ctx, ctx.kind, ctx.alias, body)  # raises a refusal
+            if guard is not None and guard.json_schema is not None and ctx.kind is Kind.CHAT:
+                ctx.schema = schema_check(body)  # a 400 for a schema that is not one
+        if self._cached is not None and ctx.adapter is None:  # `alias:adapter` is never cached
             if await self._cached.serve(ctx, send, pools):
                 return
         else:
@@ -185,6 +204,41 @@ class Relay:
             inflight.dec()
         if self._cached is not None:
             self._cached.remember(ctx)
+        decided = ctx.decided
+        if decided is not None and decided.alias.learning is not None:
+            self._learn(ctx, decided)
+
+    def _learn(self, ctx: RequestContext, decided: Decided) -> None:
+        """A routed alias that learns: the answer's outcome record (for feedback), and exploration."""
+        route = ctx.route
+        if ctx.status != 200 or ctx.broken or route is None or ctx.prep is None:
+            return
+        alias = decided.alias
+        tier = alias.pools.index(route.pool.config.name)
+        if decided.embedding is not None:
+            ctx.outcome = encode_outcome(alias.name, tier, decided.embedding)
+        price = alias.policy.tiers[tier].price
+        cost = price.cost(ctx.usage_in, ctx.usage_out) if price is not None else 0.0
+        self._explorer.after(decided, Delivery(tier, ctx.rid, ctx.prep.body, ctx.capture, ctx.ticket, cost))
+
+    def on_rated(self, org: str, request_id: str, accepted: bool, score: float | None, d: Delivered) -> None:
+        """Feedback (gateway.observability.feedback) on a routed answer teaches its alias's memory."""
+        outcome = decode_outcome(d.extra) if d.extra else None
+        learning = self._routes.learning(outcome.alias) if outcome is not None else None
+        if outcome is not None and learning is not None:
+            learning.rated(outcome, accepted)
+
+    def learnings(self) -> dict[str, Learning]:
+        """Every routed alias that learns, by name (for sharing outcomes between replicas)."""
+        return self._routes.learnings()
+
+    def calibrations(self) -> dict[str, LiveCalibration]:
+        """Every routed alias's live calibration, by name (for sharing sketches between replicas)."""
+        return self._routes.calibrations()
+
+    async def close(self) -> None:
+        """Shutdown: background exploration is cancelled (its budget is settled)."""
+        await self._explorer.close()
 
     def _parsed(self, ctx: RequestContext, raw: bytes) -> dict[str, Any]:
         """The request body as JSON; a dialect's translated to a chat request (its original kept for
@@ -241,7 +295,7 @@ class Relay:
 
     async def _route(self, ctx: RequestContext, pools: frozenset[str]) -> Route:
         """The direct alias's route, or a routed alias's plan (cut to `pools`) and its first tier."""
-        route = ctx.route = self._routes.direct(ctx.alias)
+        route = ctx.route = self._routes.direct(ctx.alias, pools, ctx.adapter)
         if route is not None:
             return route
         with self._trace.span("routing"):
@@ -249,6 +303,8 @@ class Relay:
                 ctx.kind, ctx.alias, ctx.body, ctx.headers, pools
             )
         route = ctx.route = decided.first
+        if decided.explore and ctx.capture is None:
+            ctx.capture = []  # the cheap answer's bytes, for the judge
         if ctx.notes is not None:
             ctx.notes["route"] = {
                 "difficulty": decided.difficulty,
@@ -268,7 +324,7 @@ class Relay:
         ctx.open_ended = body.get("max_completion_tokens", body.get("max_tokens")) is None or (
             reply is not None and reply.dialect.max_tokens_is_ceiling
         )
-        prep = ctx.prep = prepare(kind, body, route.model, route.pool.config.model)
+        prep = ctx.prep = prepare(kind, body, route.model, route.upstream_model)
         ctx.stream = prep.stream
 
     async def _call(self, ctx: RequestContext, route: Route, send: Send) -> None:
@@ -281,7 +337,11 @@ class Relay:
         payload = orjson.dumps(prep.body)
         ctx.key = route.pool.key(prep.body)
         headers = {**route.pool.headers, "x-request-id": ctx.rid.decode()}
-        call = CallSpec(ctx.kind, payload, headers, ctx.key, ctx.priority)
+        call = CallSpec(ctx.kind, payload, headers, ctx.key, ctx.priority, adapter=route.adapter)
+        if ctx.stream and ctx.schema is not None and ctx.guard is not None:
+            if ctx.guard.json_schema == "retry_once":
+                await self._conform.buffered(ctx, route, call, send)  # judged whole, replayed as SSE
+                return
         if ctx.stream:
             call.strip = (not prep.client_usage, ctx.topup)
             await self._stream(ctx, route, call, send)
@@ -311,8 +371,11 @@ class Relay:
         ctx.speculating = False
         self._admit.settle(ctx)
         route = ctx.route
+        # Only a route's adapter labels metrics (never a name the client made up).
+        ctx.adapter = None
         if not ctx.hit and route is not None:
             ctx.model, ctx.pool = route.model.name, route.pool.config.name
+            ctx.adapter = route.adapter.name if route.adapter is not None else None
         if ctx.status == 499 and route is not None:
             self._metrics.client_disconnects.labels(ctx.model, ctx.pool).inc()
         ctx.e2e = perf_counter() - ctx.t0

@@ -110,6 +110,8 @@ class ResponseCache:
                 continue
             names = m.route.pools
             route = ",".join(f"{n}={pools[n].model}" for n in names)
+            if m.route.adapter is not None:  # an adapter's answers are not the base model's
+                route += f"+{m.route.adapter}"
             if m.route.policy is not None:
                 kinds = frozenset({Kind.CHAT, Kind.COMPLETIONS})  # what routed aliases serve
             else:

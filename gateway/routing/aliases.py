@@ -39,9 +39,23 @@ from router.scorers import ScorerArtifactError, TrainedAnswerScorer
 from router.text import request_text
 
 if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+    from gateway.routing.learning import Learning
     from router.calibration import LiveCalibration
     from router.cost_guard import CostGuard
     from router.difficulty import DifficultyModel
+
+
+@dataclass(frozen=True, slots=True)
+class Planned:
+    """A routed request's plan and what it was planned from."""
+
+    plan: Plan
+    difficulty: float | None
+    prompt: str  # the text the cascade's scorers and the judges see (the last user turn)
+    embedding: npt.NDArray[np.float32] | None  # the prompt's embedding, with an outcome memory only
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +72,8 @@ class RoutedAlias:
     calibration: LiveCalibration | None = None
     # Keeps the cascade's realized cost under `cascade.cost_budget` (None: no budget).
     guard: CostGuard | None = None
+    # The outcome memory and exploration (gateway.routing.learning; bound by the route table).
+    learning: Learning | None = None
 
     def settle_cost(self, answers: Sequence[Answer], accepted: Answer, escalated: bool) -> None:
         """Feed the cost guard one finished cascade: what its calls cost against what the strong tier
@@ -66,7 +82,10 @@ class RoutedAlias:
         if self.guard is None or strong is None or any(a.cost_usd is None for a in answers if a.ok):
             return
         spent = sum(a.cost_usd or 0.0 for a in answers if a.ok)
-        self.guard.record(spent, strong.cost(accepted.input_tokens, accepted.output_tokens), escalated)
+        try:
+            self.guard.record(spent, strong.cost(accepted.input_tokens, accepted.output_tokens), escalated)
+        except ValueError:  # a cost the guard refuses (NaN, negative): the answer stands, unrecorded
+            pass
 
     async def plan(
         self,
@@ -75,11 +94,18 @@ class RoutedAlias:
         risk: Sequence[str],
         streaming: bool,
         allowed: frozenset[int] | None = None,
-    ) -> tuple[Plan, float | None, str]:
-        """(plan, difficulty or None, the text the cascade's scorers see); `allowed`: the tiers the
-        caller's key may use (None: all; never empty)."""
+    ) -> Planned:
+        """The plan; `allowed`: the tiers the caller's key may use (None: all; never empty)."""
         text = request_text(messages if isinstance(messages, list) else [])
-        difficulty = await self.difficulty.score(text) if self.difficulty is not None else None
+        model, learning = self.difficulty, self.learning
+        difficulty: float | None = None
+        embedding = None
+        if model is not None:
+            if learning is not None and learning.memory is not None:
+                prior, embedding = await model.assess(text)
+                difficulty = learning.difficulty(prior, embedding)
+            else:
+                difficulty = await model.score(text)
         thresholds = self.thresholds
         cal = self.calibration
         if cal is not None and difficulty is not None:
@@ -96,7 +122,7 @@ class RoutedAlias:
             streaming=streaming,
             allowed_tiers=allowed,
         )
-        return plan, difficulty, text
+        return Planned(plan, difficulty, text, embedding)
 
 
 def _equal_share_cuts(model: DifficultyModel, tiers: int) -> tuple[float, ...]:
@@ -243,8 +269,9 @@ def answer_of(call: Call, parsed: Mapping[str, Any], price_cost: Any) -> Answer:
     if isinstance(lp, dict) and isinstance(lp.get("content"), list):
         logprobs = tuple(float(t["logprob"]) for t in lp["content"] if isinstance(t, dict) and "logprob" in t)
     usage = parsed.get("usage") or {}
-    inp = int(usage.get("prompt_tokens") or 0)
-    out = int(usage.get("completion_tokens") or 0)
+    # A pool's usage is untrusted (its callers check it against the reservation); never below zero.
+    inp = max(0, int(usage.get("prompt_tokens") or 0))
+    out = max(0, int(usage.get("completion_tokens") or 0))
     cost = price_cost(inp, out) if price_cost is not None else None
     return Answer(call, text if isinstance(text, str) else "", logprobs, None, inp, out, cost)
 

@@ -14,6 +14,7 @@ call cut off in flight is charged its input estimate (its prompt was processed).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -22,6 +23,7 @@ from gateway.budget.admission import Ticket
 from gateway.budget.usage import UsageFaults, checked
 from gateway.edge.exchange import JSON_HEADERS, SSE_HEADERS, Exchange, Kind, Send
 from gateway.errors import GatewayError, UpstreamError
+from gateway.guardrails.conformance import bind_schema
 from gateway.observability.metrics import Metrics
 from gateway.observability.tracing import NoTracing, TraceHooks
 from gateway.routing.aliases import answer_of, call_body, sse_of, summed_usage
@@ -31,11 +33,21 @@ from gateway.upstream.calls import CallSpec, PoolCalls
 from router.cascade import Accept, Escalate
 from router.plan import Answer, Call
 
+# An escalated cascade's answers and the accepted one (gateway.routing.explorer learns from them).
+OnEscalated = Callable[[Decided, list[Answer], Answer], None]
+
 
 class CascadeRunner:
-    def __init__(self, metrics: Metrics, calls: PoolCalls, tracing: TraceHooks | None = None) -> None:
+    def __init__(
+        self,
+        metrics: Metrics,
+        calls: PoolCalls,
+        tracing: TraceHooks | None = None,
+        on_escalated: OnEscalated | None = None,
+    ) -> None:
         self._metrics = metrics
         self._calls = calls
+        self._on_escalated = on_escalated
         self._trace: TraceHooks = tracing or NoTracing()
         self._faults = UsageFaults(metrics)
 
@@ -108,7 +120,8 @@ class CascadeRunner:
         """Make the plan's calls, step by step, until the judge accepts one (or every call of the last
         step failed: that failure is raised). What every call cost is recorded on `req` whatever ends
         the cascade, the client leaving included."""
-        cascade, name = d.alias.cascade, d.alias.name
+        # Schema scorers judge this request's response_format schema (gateway/guardrails/conformance.py).
+        cascade, name = bind_schema(d.alias.cascade, body), d.alias.name
         bodies: dict[Call, dict[str, Any]] = {}
         made: list[Answer] = []  # every call that returned, in order
         state, step = cascade.start(d.plan)
@@ -148,5 +161,8 @@ class CascadeRunner:
         if not isinstance(decision, Accept):
             # Every call of the last step failed: the client gets that failure, usage is still settled.
             raise errors[0] if errors else UpstreamError(f"routed model '{name}' has no answer")
-        d.alias.settle_cost(decision.state.answers, decision.answer, bool(decision.state.escalations))
+        escalated = bool(decision.state.escalations)
+        d.alias.settle_cost(decision.state.answers, decision.answer, escalated)
+        if escalated and self._on_escalated is not None:
+            self._on_escalated(d, list(decision.state.answers), decision.answer)
         return decision, bodies, usage

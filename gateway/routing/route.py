@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from gateway.config import Model
+from gateway.config_lora import Adapter
 from gateway.observability.metrics import AliasMetrics
 from gateway.upstream.pool_client import PoolClient
 
@@ -14,11 +15,15 @@ class Route:
     model: Model
     pool: PoolClient
     metrics: AliasMetrics
+    adapter: Adapter | None = None  # a LoRA adapter of the pool serves it (the engine gets its name)
     # `x-llmgw-tier: <pool>` on every answer this route gives (built once, not per request).
     tier: tuple[bytes, bytes] = field(init=False)
+    upstream_model: str = field(init=False)  # what the engine gets in `model`
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tier", (b"x-llmgw-tier", self.pool.config.name.encode()))
+        adapter = self.adapter
+        object.__setattr__(self, "upstream_model", adapter.name if adapter else self.pool.config.model)
 
     def count_usage(self, input_tokens: int, output_tokens: int) -> None:
         self.metrics.input_tokens.inc(input_tokens)

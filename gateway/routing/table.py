@@ -14,22 +14,29 @@ is answered by the small pool, whatever its wording makes the router choose.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
-from gateway.config import Policy
+from gateway.config import Model, Policy
+from gateway.config_lora import ADAPTER_SEPARATOR
 from gateway.edge.exchange import Kind, RequestHeaders
 from gateway.errors import InvalidRequestError, ModelNotFoundError, PermissionDeniedError
 from gateway.observability.metrics import Metrics
 from gateway.routing.aliases import RoutedAlias
+from gateway.routing.learning import Learning
 from gateway.routing.route import Route
+from gateway.routing.speculative import SpecMetrics, SpeculativeAlias
 from gateway.upstream.pool_client import PoolClient
 from router.cost_guard import MISCALIBRATED_MIN_REQUESTS
 from router.plan import Call, Plan, Step
 
 if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
     from router.calibration import LiveCalibration
     from router.cost_guard import CostGuard
 
@@ -45,6 +52,8 @@ class Decided:
     prompt: str  # what the scorers see: the last user turn (as in the offline replay)
     headers: list[tuple[bytes, bytes]]
     direct: bool  # route only, served by the relay on the first tier (no runner)
+    embedding: npt.NDArray[np.float32] | None = None  # with an outcome memory: what outcomes are keyed by
+    explore: bool = False  # drawn for exploration (if a cheap tier answers it)
 
     @property
     def calls(self) -> int:
@@ -65,10 +74,18 @@ class Routes:
         routed: dict[str, RoutedAlias] | None = None,
     ) -> None:
         self._metrics = metrics
-        self._direct = {
-            m.name: Route(model=m, pool=pools[m.route.pool], metrics=metrics.by_alias[(m.name, m.route.pool)])
-            for m in policy.models
-            if m.route.pool is not None
+        # Learning needs the metrics, so it is bound here (the aliases are built before them).
+        routed = {name: _with_learning(ra, metrics) for name, ra in (routed or {}).items()}
+        self._direct = {m.name: _direct_route(m, pools, metrics) for m in policy.models if m.route.pool}
+        # `<alias>:<adapter>` of a direct alias on a LoRA pool: one Route per adapter of its pool.
+        self._adapted = {
+            (name, a.name): dataclasses.replace(route, adapter=a)
+            for name, route in self._direct.items()
+            if route.adapter is None and (lora := route.pool.config.lora) is not None
+            for a in lora.adapters
+        }
+        self._owners = {
+            a.name: p.name for p in policy.pools for a in (p.lora.adapters if p.lora is not None else ())
         }
         # Routed aliases: one Route per tier (the alias's settings on that tier's pool).
         self._routed = {
@@ -76,25 +93,77 @@ class Routes:
                 ra,
                 tuple(Route(model=m, pool=pools[p], metrics=metrics.by_alias[(name, p)]) for p in ra.pools),
             )
-            for name, ra in (routed or {}).items()
+            for name, ra in routed.items()
             for m in policy.models
             if m.name == name
         }
-        for name, ra in (routed or {}).items():
+        for name, ra in routed.items():
             metrics.router_fallback.labels(name).set(1 if ra.fallback else 0)
             if ra.calibration is not None:
                 _export_calibration(metrics, name, ra.calibration)
             if ra.guard is not None:
                 _export_guard(metrics, name, ra.guard)
         self._pools: dict[str, tuple[str, ...]] = {m.name: m.route.pools for m in policy.models}
+        self._speculative = _speculative_aliases(policy, pools, metrics)
 
-    def direct(self, alias: str) -> Route | None:
-        """The route of a direct alias; None for a routed (or unknown) one."""
-        return self._direct.get(alias)
+    def learning(self, alias: str) -> Learning | None:
+        """A routed alias's learning state (None: it learns nothing, or it is not routed)."""
+        entry = self._routed.get(alias)
+        return entry[0].learning if entry is not None else None
+
+    def learnings(self) -> dict[str, Learning]:
+        return {name: ra.learning for name, (ra, _) in self._routed.items() if ra.learning is not None}
+
+    def calibrations(self) -> dict[str, LiveCalibration]:
+        return {name: ra.calibration for name, (ra, _) in self._routed.items() if ra.calibration is not None}
+
+    def split_adapter(self, name: str) -> tuple[str, str | None]:
+        """`<alias>:<adapter>` of a direct alias on a LoRA pool -> (alias, adapter); any other name is
+        the alias itself (a configured alias whose name has a colon is matched whole first)."""
+        if name in self._pools:
+            return name, None
+        alias, sep, adapter = name.rpartition(ADAPTER_SEPARATOR)
+        route = self._direct.get(alias) if sep else None
+        if route is None or route.adapter is not None or route.pool.config.lora is None:
+            return name, None
+        return alias, adapter
+
+    def direct(
+        self, alias: str, allowed: frozenset[str] = frozenset(), adapter: str | None = None
+    ) -> Route | None:
+        """The route of a direct alias (with `adapter`: of that adapter of its pool), or of a
+        speculative one (chosen now, among the pools in `allowed`; empty: any); None for a routed
+        (or unknown) one."""
+        if adapter is not None:
+            return self._adapted.get((alias, adapter)) or self._no_adapter(alias, adapter)
+        route = self._direct.get(alias)
+        if route is None and (spec := self._speculative.get(alias)) is not None:
+            return spec.choose(allowed)
+        return route
+
+    def _no_adapter(self, alias: str, adapter: str) -> Route:
+        """Refuse `<alias>:<adapter>` naming an adapter its pool does not serve: another pool's is the
+        caller's mistake (400), any other is a model that does not exist (404)."""
+        pool = self._direct[alias].pool.config.name
+        owner = self._owners.get(adapter)
+        if owner is not None:
+            raise InvalidRequestError(
+                f"the adapter '{adapter}' is served by pool '{owner}', not by pool '{pool}' of the "
+                f"model '{alias}'",
+                param="model",
+                code="adapter_not_on_pool",
+            )
+        raise ModelNotFoundError(
+            f"The model '{alias}{ADAPTER_SEPARATOR}{adapter}' does not exist: pool '{pool}' serves no "
+            f"adapter '{adapter}'.",
+            param="model",
+        )
 
     def any_route(self, alias: str) -> Route:
         """A route whose settings validate a request for `alias` (a routed alias's first tier)."""
         route = self._direct.get(alias)
+        if route is None and (spec := self._speculative.get(alias)) is not None:
+            return spec.speculative
         return route if route is not None else self._routed[alias][1][0]
 
     def check_pools(self, alias: str, allowed: frozenset[str]) -> None:
@@ -130,7 +199,8 @@ class Routes:
         stream = bool(body.get("stream"))
         chat = kind is Kind.CHAT
         messages = body.get("messages") if chat else _as_messages(body.get("prompt"))
-        plan, difficulty, prompt = await routed.plan(messages, budget, risk, stream, tiers)
+        planned = await routed.plan(messages, budget, risk, stream, tiers)
+        plan, difficulty = planned.plan, planned.difficulty
         if not chat:
             plan = _first_tier_only(plan)  # the cascade and its judge read chat answers
         self._metrics.router_seconds.labels(alias).observe(perf_counter() - t)
@@ -147,7 +217,33 @@ class Routes:
             tier = routes[plan.first_tier]
             headers.append((b"x-llmgw-tier", tier.pool.config.name.encode()))
             self._metrics.router_decisions.labels(alias, tier.pool.config.name, "false").inc()
-        return Decided(routed, routes, plan, difficulty, prompt, headers, direct)
+        learning = routed.learning
+        explore = learning is not None and chat and learning.explores(plan.first_tier)
+        return Decided(
+            routed, routes, plan, difficulty, planned.prompt, headers, direct, planned.embedding, explore
+        )
+
+
+def _direct_route(m: Model, pools: dict[str, PoolClient], metrics: Metrics) -> Route:
+    """A direct alias's route; with `route.adapter`, served by that adapter of its pool."""
+    assert m.route.pool is not None
+    pool = pools[m.route.pool]
+    lora = pool.config.lora
+    adapter = lora.adapter(m.route.adapter) if lora is not None and m.route.adapter else None
+    return Route(model=m, pool=pool, metrics=metrics.by_alias[(m.name, m.route.pool)], adapter=adapter)
+
+
+def _speculative_aliases(
+    policy: Policy, pools: dict[str, PoolClient], metrics: Metrics
+) -> dict[str, SpeculativeAlias]:
+    """The speculative aliases (models[].route.speculative); their families exist without any too."""
+    spec_metrics = SpecMetrics(metrics.registry)
+    out = {}
+    for m in (m for m in policy.models if m.route.speculative is not None):
+        a, b = (Route(model=m, pool=pools[p], metrics=metrics.by_alias[(m.name, p)]) for p in m.route.pools)
+        slo = policy.slo_classes.get(m.slo_class) if m.slo_class is not None else None
+        out[m.name] = SpeculativeAlias(m, (a, b), slo, spec_metrics)
+    return out
 
 
 def _as_messages(prompt: Any) -> list[dict[str, Any]]:
@@ -186,6 +282,17 @@ def _latency_budget(value: bytes | None) -> float | None:
     if not budget > 0:
         raise InvalidRequestError("x-llmgw-latency-budget-ms must be a positive number of milliseconds")
     return budget
+
+
+def _with_learning(ra: RoutedAlias, metrics: Metrics) -> RoutedAlias:
+    """The alias with its Learning, when it has an outcome memory or exploration."""
+    rp = ra.policy
+    memory = rp.difficulty.memory if rp.difficulty is not None and ra.difficulty is not None else None
+    if memory is None and rp.explore is None:
+        return ra
+    dim = ra.difficulty.encoder.identity.dim if ra.difficulty is not None else 0  # no model: no memory
+    learning = Learning(ra.name, rp, dim, metrics)
+    return dataclasses.replace(ra, learning=learning)
 
 
 def _export_calibration(metrics: Metrics, alias: str, cal: LiveCalibration) -> None:

@@ -12,12 +12,14 @@ verdict for the replica's breaker: `fail` (errors, timeouts, 5xx), `neutral` (42
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
 import aiohttp
 
+from gateway.config_lora import Adapter
 from gateway.edge.exchange import Kind
 from gateway.errors import GatewayError, UpstreamError, UpstreamTimeoutError
 from gateway.observability.metrics import Metrics
@@ -31,6 +33,7 @@ from gateway.upstream.failures import (
     no_capacity,
 )
 from gateway.upstream.h1 import H1Client
+from gateway.upstream.lora_loader import AdapterLoader, Post
 from gateway.upstream.pool_client import PoolClient
 from gateway.upstream.sse import SSESplitter
 from gateway.upstream.transport import UPSTREAM_FAILURES, Reply, Transports
@@ -40,17 +43,19 @@ from pools.replica import Replica
 __all__ = ["UPSTREAM_FAILURES", "CallSpec", "OpenStream", "PoolCalls"]
 
 _T = TypeVar("_T")
+log = logging.getLogger(__name__)
 
 
 class _Failed(Exception):
     """One attempt failed before the first byte: the caller's error, whether another replica may
     be tried, and what it says about the replica (`fail` feeds its breaker)."""
 
-    def __init__(self, error: GatewayError, retry: bool, verdict: str) -> None:
+    def __init__(self, error: GatewayError, retry: bool, verdict: str, reload: bool = False) -> None:
         super().__init__(error.message)
         self.error = error
         self.retry = retry
         self.verdict = verdict
+        self.reload = reload  # the engine does not serve the adapter (any more): load it, try again
 
 
 @dataclass(slots=True)
@@ -63,6 +68,7 @@ class CallSpec:
     key: int | None = None  # prefix-affinity key
     priority: int = 0  # hold-queue priority
     strip: tuple[bool, bool] = (False, False)  # streams: the splitter's (strip_usage, strip_continuous)
+    adapter: Adapter | None = None  # a LoRA adapter's request: placed by adapter, loaded on demand
 
 
 @dataclass(slots=True)
@@ -87,6 +93,7 @@ class PoolCalls:
     ) -> None:
         self._transports = Transports(session, h1)
         self._metrics = metrics
+        self._loader = AdapterLoader(_aiohttp_post(session), metrics.adapters)
         self._tracing: TraceHooks = tracing or NoTracing()
 
     async def unary(self, pool: PoolClient, call: CallSpec) -> bytes:
@@ -105,9 +112,10 @@ class PoolCalls:
         are logged with `rid`)."""
         return self._failed(pool, exc, rid).error
 
-    async def _acquire(self, pool: PoolClient, key: int | None, priority: int) -> Replica:
+    async def _acquire(self, pool: PoolClient, call: CallSpec) -> Replica:
+        adapter = call.adapter.name if call.adapter is not None else None
         try:
-            return await pool.replicas.acquire(key, priority)
+            return await pool.replicas.acquire(call.key, call.priority, adapter)
         except NoCapacity as exc:
             self._metrics.pool_rejections.labels(pool.config.name, exc.reason).inc()
             raise no_capacity(exc) from None
@@ -119,11 +127,14 @@ class PoolCalls:
         attempt: Callable[[PoolClient, CallSpec, Replica], Awaitable[_T]],
     ) -> tuple[Replica, _T]:
         replicas = pool.replicas
-        replica = await self._acquire(pool, call.key, call.priority)
+        replica = await self._acquire(pool, call)
         tried: list[Replica] = []
         tracing = self._tracing
+        reloaded = False
         while True:
             try:
+                if call.adapter is not None:
+                    await self._loader.ensure(pool, replica, call.adapter)
                 if tracing.enabled:
                     # One span per attempt; its traceparent goes to this replica in `call.headers`.
                     cfg = pool.config
@@ -133,9 +144,12 @@ class PoolCalls:
                         return replica, await attempt(pool, call, replica)
                 return replica, await attempt(pool, call, replica)
             except _Failed as failed:
+                if failed.reload and not reloaded:
+                    reloaded = True  # the same replica once more: `ensure` loads the adapter again
+                    continue
                 replicas.release(replica, failed.verdict)
                 tried.append(replica)
-                nxt = self._retry_target(pool, call.key, tried) if failed.retry else None
+                nxt = self._retry_target(pool, call, tried) if failed.retry else None
                 if nxt is None:
                     raise failed.error from None
                 replica = nxt
@@ -143,7 +157,7 @@ class PoolCalls:
                 replicas.release(replica, "neutral")
                 raise
 
-    def _retry_target(self, pool: PoolClient, key: int | None, tried: list[Replica]) -> Replica | None:
+    def _retry_target(self, pool: PoolClient, call: CallSpec, tried: list[Replica]) -> Replica | None:
         replicas = pool.replicas
         name = pool.config.name
         if len(tried) >= replicas.retries.attempts:
@@ -151,7 +165,8 @@ class PoolCalls:
         if not replicas.may_retry():
             self._metrics.retries.labels(name, "budget_exhausted").inc()
             return None
-        replica = replicas.try_pick(key, exclude=tried)
+        adapter = call.adapter.name if call.adapter is not None else None
+        replica = replicas.try_pick(call.key, exclude=tried, adapter=adapter)
         self._metrics.retries.labels(name, "retried" if replica else "no_other_replica").inc()
         return replica
 
@@ -160,13 +175,28 @@ class PoolCalls:
         self._metrics.upstream_errors.labels(pool.config.name, kind).inc()
         return _Failed(err, kind in RETRY_KINDS, "fail")
 
-    def _refused(self, pool: PoolClient, call: CallSpec, r: Reply, data: bytes) -> _Failed:
+    def _refused(self, pool: PoolClient, call: CallSpec, r: Reply, data: bytes, replica: Replica) -> _Failed:
         name, status = pool.config.name, r.status
+        if status == 404 and call.adapter is not None and replica.adapters is not None:
+            return self._adapter_lost(pool, call.adapter, replica)
         self._metrics.upstream_errors.labels(name, f"status_{status // 100}xx").inc()
         # 5xx is the replica failing (feeds its breaker); 4xx is about the request (or 429: busy).
         verdict = "fail" if status >= 500 else "neutral" if status == 429 else "ok"
         err = from_upstream(status, data, name, r.header(b"retry-after"), _rid(call))
         return _Failed(err, status in RETRY_STATUSES, verdict)
+
+    def _adapter_lost(self, pool: PoolClient, adapter: Adapter, replica: Replica) -> _Failed:
+        """The engine does not serve the adapter: it restarted, or it was unloaded behind our back.
+        Forgotten there; a pool that loads at run time loads it again and tries the same replica once
+        more, any other pool tries another replica."""
+        assert replica.adapters is not None
+        replica.adapters.lost(adapter.name)
+        name = pool.config.name
+        self._metrics.upstream_errors.labels(name, "adapter_missing").inc()
+        log.warning("pool %r: replica %s does not serve the adapter %r", name, replica.base, adapter.name)
+        err = UpstreamError(f"pool '{name}' does not serve the adapter '{adapter.name}' (HTTP 404)")
+        lora = pool.config.lora
+        return _Failed(err, True, "ok", reload=lora is not None and lora.runtime_loading)
 
     async def _unary_attempt(self, pool: PoolClient, call: CallSpec, replica: Replica) -> bytes:
         transport = self._transports.of(replica)
@@ -179,7 +209,7 @@ class PoolCalls:
         except UPSTREAM_FAILURES as exc:
             raise self._failed(pool, exc, _rid(call)) from None
         if r.status != 200:
-            raise self._refused(pool, call, r, data)
+            raise self._refused(pool, call, r, data, replica)
         return data
 
     async def _stream_attempt(self, pool: PoolClient, call: CallSpec, replica: Replica) -> OpenStream:
@@ -192,7 +222,7 @@ class PoolCalls:
                 async with asyncio.timeout(cfg.timeouts.first_token_s):
                     resp = await transport.post(pool, replica, PATHS[call.kind], call.payload, call.headers)
                     if resp.status != 200:
-                        raise self._refused(pool, call, resp, await resp.read())
+                        raise self._refused(pool, call, resp, await resp.read(), replica)
                     first = await _first_event(resp, splitter)
             except TimeoutError:
                 self._metrics.upstream_errors.labels(cfg.name, "first_token_timeout").inc()
@@ -212,6 +242,22 @@ class PoolCalls:
                 resp.close()
             raise
         return OpenStream(replica, resp, resp.readany, first, splitter)
+
+
+def _aiohttp_post(session: aiohttp.ClientSession) -> Post:
+    """The adapter loader's POST on the shared session (a control call: not on a request's replica
+    connection, never retried)."""
+
+    async def post(url: str, body: bytes, headers: dict[str, str], timeout: float) -> tuple[int, bytes]:
+        try:
+            async with session.post(
+                url, data=body, headers=headers, timeout=aiohttp.ClientTimeout(total=timeout)
+            ) as r:
+                return r.status, await r.read()
+        except aiohttp.ClientError as exc:
+            raise OSError(str(exc)) from exc
+
+    return post
 
 
 def _rid(call: CallSpec) -> str | None:

@@ -10,7 +10,9 @@ import aiohttp
 import httpx
 
 from gateway.config import Policy
+from gateway.observability.adapter_metrics import AdapterCollector
 from gateway.observability.metrics import Metrics, PoolsCollector
+from gateway.observability.spec_decode import SpecDecodeCollector
 from gateway.settings import Settings
 from gateway.upstream.h1 import H1Client
 from gateway.upstream.hosted import HostedBridge
@@ -39,7 +41,10 @@ class UpstreamClients:
         for name, pool in pools.items():
             pool.replicas.on_wait = metrics.queue_wait.labels(name).observe
             pool.start(fetch)
-        metrics.registry.register(PoolsCollector({n: p.replicas for n, p in pools.items()}))
+        replica_pools = {n: p.replicas for n, p in pools.items()}
+        metrics.registry.register(PoolsCollector(replica_pools))
+        metrics.registry.register(SpecDecodeCollector(replica_pools))
+        metrics.registry.register(AdapterCollector(replica_pools))
         return cls(pools, session, h1, control, bridge)
 
     async def close(self) -> None:

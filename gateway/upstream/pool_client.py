@@ -19,12 +19,14 @@ import aiohttp
 import httpx
 
 from gateway.config import Pool
+from gateway.config_lora import Lora
 from gateway.errors import GatewayError
 from gateway.upstream._h1_response import H1Error
 from gateway.upstream.h1 import IDLE_S, H1Client
 from gateway.upstream.hosted import replica_paths
 from pools.affinity import prefix_key
 from pools.discovery import Discovery, StaticDiscovery, discovery_for
+from pools.lora import LoraPicking
 from pools.pool import ReplicaPool
 from pools.runtime import PoolRuntime
 from pools.scraper import Fetch, httpx_fetch
@@ -83,8 +85,19 @@ class PoolClient:
                 )
             headers["authorization"] = f"Bearer {key}"
         t = pool.timeouts
+        spec = pool.speculative
+        lora = pool.lora
         replicas = ReplicaPool(
-            pool.name, pool.balancing, pool.saturation, pool.breaker, pool.retries, pool.admission, rand=rand
+            pool.name,
+            pool.balancing,
+            pool.saturation,
+            pool.breaker,
+            pool.retries,
+            pool.admission,
+            rand=rand,
+            # An undeclared pool whose engine speculates anyway is measured over the default window.
+            spec_window_s=spec.acceptance_window_s if spec is not None else 60.0,
+            lora=_picking(lora) if lora is not None else None,
         )
         discovery: Discovery
         if pool.engine == "litellm":
@@ -101,7 +114,13 @@ class PoolClient:
             timeout=aiohttp.ClientTimeout(total=t.total_s, connect=t.connect_s, sock_connect=t.connect_s),
             replicas=replicas,
             # Only vLLM replicas export the load the picker reads.
-            runtime=PoolRuntime(replicas, discovery, scrape=pool.engine == "vllm"),
+            runtime=PoolRuntime(
+                replicas,
+                discovery,
+                scrape=pool.engine == "vllm",
+                # Adapters loaded at run time: re-read what each replica serves (restarts, other gateways).
+                relist_s=lora.relist_s if lora is not None and lora.runtime_loading else None,
+            ),
             affinity_chars=bal.prefix.prefix_chars if bal.strategy == "prefix_affinity" else 0,
         )
 
@@ -113,6 +132,16 @@ class PoolClient:
 
     async def close(self) -> None:
         await self.runtime.close()
+
+
+def _picking(lora: Lora) -> LoraPicking:
+    return LoraPicking(
+        max_loras=lora.max_loras,
+        preloaded=not lora.runtime_loading,
+        affinity=lora.affinity,
+        load_factor=lora.load_factor,
+        adapters=len(lora.adapters),
+    )
 
 
 def metrics_fetch(h1: H1Client | None, control: httpx.AsyncClient) -> Fetch:

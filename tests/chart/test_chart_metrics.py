@@ -8,6 +8,7 @@ ground truth, together with shared/reference/vllm.md for vLLM's names.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -20,6 +21,7 @@ import httpx
 import pytest
 import yaml
 
+from gateway.config_pool import Speculative
 from tests.support.chart import (
     CHART,
     ROOT,
@@ -138,7 +140,10 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     redis.start()
     gw_port = free_port()
     env = {"LLMGW_REDIS_URL": redis.url, "LLMGW_PORT": str(gw_port), "LLMGW_CONFIG": str(config)}
-    small, large = (sim_args(ports[p], served[p], "--profile", "instant") for p in ("small", "large"))
+    small, large = (
+        sim_args(ports[p], served[p], "--profile", "instant", *_speculative_args(policy, p))
+        for p in ("small", "large")
+    )
     try:
         with (
             running(small, f"http://127.0.0.1:{ports['small']}/health"),
@@ -163,6 +168,16 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
             yield Live(gateway, sim, served, url, aliases)
     finally:
         redis.kill()
+
+
+def _speculative_args(policy: dict[str, object], name: str) -> list[str]:
+    """The simulator gets the `--speculative-config` the chart gives the pool's engine."""
+    pools = policy["pools"]
+    assert isinstance(pools, list)
+    spec = next(p for p in pools if p["name"] == name).get("speculative")
+    if not spec:
+        return []
+    return ["--speculative-config", json.dumps(Speculative.model_validate(spec).engine_config())]
 
 
 def _scaled_objects() -> list[tuple[str, list[Doc]]]:
@@ -246,8 +261,6 @@ def _rule_and_panel_queries() -> list[tuple[str, str]]:
         for group in yaml.safe_load(path.read_text())["groups"]:
             out += [(f"{path.name}:{r['alert']}", r["expr"]) for r in group["rules"]]
     for path in sorted((CHART / "files" / "dashboards").glob("*.json")):
-        import json
-
         dash = json.loads(path.read_text())
         for panel in dash["panels"]:
             out += [(f"{path.name}:{panel['title']}", t["expr"]) for t in panel.get("targets", [])]

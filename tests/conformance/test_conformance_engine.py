@@ -4,10 +4,8 @@ settlement against the engine's own token counts."""
 
 from __future__ import annotations
 
-import re
 import time
 import uuid
-from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -15,6 +13,8 @@ import pytest
 
 from pools.vllm_metrics import parse_load
 from tests.conformance.conftest import BLOCK, Backend
+from tests.support.chart_names import families, names_in_chart
+from tests.support.poll import wait_until
 from tests.support.procs import ROOT
 from tests.support.prom import metric
 
@@ -28,13 +28,7 @@ BUSY_N = 48
 GENERATED = "vllm:generation_tokens_total"
 ABORTS = ("vllm:request_success_total", 'finished_reason="abort"')
 CHART = ROOT / "helm" / "llm-gateway" / "files"
-
-
-def _wait(pred: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.05)
+POLL = {"timeout": 5.0, "interval": 0.05}
 
 
 SNIPPET = "def value(self, key):\n    return self.items[key]\n"  # ~16 tokens of the tiny model's BPE
@@ -64,14 +58,27 @@ def test_client_disconnect_stops_generation(backend: Backend, via: str) -> None:
         data = 0
         while data < 5:
             data += next(lines).startswith("data: ")
-        assert metric(backend.metrics(), RUNNING) == LONG_N  # one running request per choice
-    _wait(lambda: metric(backend.metrics(), RUNNING) == 0, 5, "still running 5 s after the disconnect")
+        # One running request per choice. The gauge is the scheduler's count at its last step, read by
+        # the API server after that step's outputs: CI once read 0.0 with five chunks already streamed,
+        # so wait for it (the request runs for seconds) rather than sample it once.
+        seen: list[tuple[float, float]] = []
+
+        def all_running() -> bool:
+            text = backend.metrics()
+            seen.append((metric(text, RUNNING), metric(text, "vllm:num_requests_waiting")))
+            return seen[-1][0] == LONG_N
+
+        wait_until(
+            all_running, lambda: f"all {LONG_N} choices to run; (running, waiting): {seen[-8:]}", **POLL
+        )
+    wait_until(lambda: metric(backend.metrics(), RUNNING) == 0, "the disconnected choices to stop", **POLL)
     stopped_at = metric(backend.metrics(), GENERATED)
     time.sleep(0.5)
     assert metric(backend.metrics(), GENERATED) == stopped_at  # nothing generates any more
     # Fewer than every choice's 1,000 tokens (ignore_eos: a finish is exactly 16,000): it stopped. How
     # many came before the engine noticed depends on the machine (9,329 once in CI on a loaded box).
-    assert 5 <= stopped_at - before_gen < LONG_N * 1000
+    # All 16,000 means it finished before the disconnect: `seen` shows how long the gauge took to say 16.
+    assert 5 <= stopped_at - before_gen < LONG_N * 1000, f"(running, waiting) polled: {seen}"
     assert metric(backend.metrics(), *ABORTS) == before_aborts
 
 
@@ -126,34 +133,17 @@ def test_stream_usage_carries_cached_tokens_only_with_the_flag(backend: Backend)
             assert usage.prompt_tokens_details is None
 
 
-def _names_in_chart() -> set[str]:
-    names: set[str] = set()
-    files = [*(CHART / "dashboards").glob("*.json"), *(CHART / "alerts").glob("*.yaml")]
-    assert len(files) >= 3, files
-    for path in files:
-        names.update(re.findall(r"vllm:[A-Za-z0-9_:]+", path.read_text()))
-    assert names, "no vllm: metric in the chart's dashboards and alerts"
-    return names
-
-
-def _families(text: str) -> set[str]:
-    """Sample names on the page and their families (a histogram's _bucket/_sum/_count, a counter's _total)."""
-    out: set[str] = set()
-    for line in text.splitlines():
-        if line.startswith("vllm:"):
-            name = re.split(r"[{ ]", line, maxsplit=1)[0]
-            out.add(name)
-            for suffix in ("_bucket", "_sum", "_count", "_total"):
-                if name.endswith(suffix):
-                    out.add(name.removesuffix(suffix))
-    return out
+# Families an engine exports only with an option on: speculation (checked against a speculating
+# server in test_conformance_speculative) and LoRA (test_conformance_lora).
+OPTIONAL = ("vllm:spec_decode_", "vllm:lora_")
 
 
 def test_every_vllm_metric_the_chart_and_scraper_use_exists(backend: Backend) -> None:
     backend.direct().completions.create(model="tiny", prompt="warm up the histograms", max_tokens=3)
     text = backend.metrics()
-    exported = _families(text)
-    missing = sorted(n for n in _names_in_chart() if n not in exported)
+    exported = families(text)
+    used = [n for n in names_in_chart() if not n.startswith(OPTIONAL)]
+    missing = sorted(n for n in used if n not in exported)
     assert not missing, (
         f"the chart's dashboards/alerts name metrics {backend.kind} does not export: {missing}"
     )
@@ -190,14 +180,14 @@ def test_least_load_avoids_the_busy_replica(backend: Backend) -> None:
         lines = resp.iter_lines()
         while not next(lines).startswith("data: "):
             pass
-        _wait(lambda: sum(metric(backend.metrics(i), RUNNING) for i in (0, 1)) == BUSY_N, 5, "not running")
+        wait_until(lambda: sum(metric(backend.metrics(i), RUNNING) for i in (0, 1)) == BUSY_N, "busy", **POLL)
         busy = [metric(backend.metrics(i), RUNNING) for i in (0, 1)]
         idle = busy.index(0)
         before = _served(backend)
         for i in range(6):
             client.completions.create(model="tiny-ll", prompt=f"short {i}", max_tokens=2)
         # vLLM records a request's metrics a moment after its response may have reached the client
-        _wait(lambda: _served(backend)[idle] - before[idle] >= 6, 5, "six requests not counted")
+        wait_until(lambda: _served(backend)[idle] - before[idle] >= 6, "six requests counted", **POLL)
         after = _served(backend)
         assert [metric(backend.metrics(i), RUNNING) for i in (0, 1)] == busy  # the long one still runs
     served = [a - b for a, b in zip(after, before, strict=True)]
@@ -208,7 +198,12 @@ def test_prefix_affinity_keeps_a_shared_prompt_on_one_replica(backend: Backend) 
     system = _long_prompt(47)  # > 2,048 characters: the affinity key (prefix_chars) is the system prompt
     client = backend.through_gateway()
     # Nothing left running from earlier tests, and the gateway's scrapes (every 0.2 s) have seen it.
-    _wait(lambda: all(metric(backend.metrics(i), RUNNING) == 0 for i in (0, 1)), 10, "replicas busy")
+    wait_until(
+        lambda: all(metric(backend.metrics(i), RUNNING) == 0 for i in (0, 1)),
+        "idle replicas",
+        timeout=10,
+        interval=0.05,
+    )
     time.sleep(0.6)
     before = _served(backend)
     hits0 = [metric(backend.metrics(i), "vllm:prefix_cache_hits_total") for i in (0, 1)]
@@ -252,6 +247,8 @@ def test_budget_settlement_equals_the_engines_token_counts(backend: Backend) -> 
         ):
             if chunk.usage is not None:
                 reported += chunk.usage.total_tokens
-    _wait(lambda: settled() - settled0 == engine_tokens() - engine0, 5, "settlement differs from the engine")
+    wait_until(
+        lambda: settled() - settled0 == engine_tokens() - engine0, "the engine's count settled", **POLL
+    )
     used = engine_tokens() - engine0
     assert used > reported > 0  # the stream without usage was settled too, from the engine's own count

@@ -14,6 +14,7 @@ import pytest
 
 from gateway.tenancy.keys import generate_key, hash_key
 from tests.support.procs import free_port, running, sim_args, write_policy
+from tests.support.prom import metric
 from tests.support.redis_server import RedisServer, start_any
 
 
@@ -100,5 +101,13 @@ def test_redis_down_non_local_feedback_is_503_and_requests_succeed(replicas: Rep
     assert resp.json()["error"]["code"] == "feedback_store_unavailable"
     assert _rate(replicas, 0, local).status_code == 200  # served here: rated locally
     _answer(replicas, 1)
-    metrics = httpx.get(f"{replicas.urls[0]}/metrics", timeout=5).text
-    assert "llmgw_feedback_flush_errors_total" in metrics
+    # The series exists (at 0) whenever feedback is shared: wait for replica 0's failed flush to count.
+    deadline = time.monotonic() + 5
+    while True:
+        metrics = httpx.get(f"{replicas.urls[0]}/metrics", timeout=5).text
+        errors = metric(metrics, "llmgw_feedback_flush_errors_total")
+        if errors >= 1 or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert errors >= 1
+    assert metric(metrics, "llmgw_feedback_dropped_records_total") >= 1

@@ -57,7 +57,17 @@ def test_make_run_serves_both_pools_with_a_demo_key(tmp_path: Path) -> None:
             assert reply.model == alias and reply.choices[0].message.content
         assert httpx.get(f"{base}/models", timeout=5).status_code == 401
         models = httpx.get(f"{base}/models", headers={"authorization": f"Bearer {key}"}, timeout=5).json()
-        assert {m["id"] for m in models["data"]} == {"small", "large", "auto"}
+        assert {m["id"] for m in models["data"]} == {
+            "small", "large", "auto", "support", "small:support", "small:legal"
+        }  # fmt: skip
+        assert {m["parent"] for m in models["data"] if ":" in m["id"]} == {"small"}
+        # The small pool's LoRA adapters: by their alias and as `small:<adapter>`.
+        client = OpenAI(base_url=base, api_key=key, max_retries=0)
+        for alias, served in (("support", "support"), ("small:legal", "legal")):
+            reply = client.chat.completions.create(
+                model=alias, messages=[{"role": "user", "content": "Hi"}], max_tokens=4
+            )
+            assert reply.model == served and reply.choices[0].message.content
         # The routed alias: the router model picks a pool and says which.
         routed = httpx.post(
             f"{base}/chat/completions",

@@ -3,11 +3,14 @@
 The openai SDK drives a scripted run: streams to an alias whose pool has one normal and one slowed
 replica (round robin, so exactly half of the streams miss the 300 ms TTFT objective), cascades that
 always escalate (two priced calls each), a pool that is down (5xx), a pool with no replica (held,
-then refused), a key over its request budget (429), and feedback, including a rating from another
-org (404). Then every panel query of the chart's dashboards and every alert expression must return
-at least one series. Alert thresholds are turned into `bool` comparisons (so healthy series count)
-and `offset 1h` into `offset 10s` (the run lasts seconds, not hours); metric names and labels are
-queried unchanged. Goodput and cost must have the values the script implies.
+then refused), a speculative pool (ngram drafts), a LoRA pool loading an adapter on demand, a key
+over its request budget (429), feedback, including a rating from another org (404), and the drift
+canary between two pools. Then every panel
+query of the chart's dashboards and every alert expression must return at least one series. Alert
+thresholds are turned into `bool` comparisons (so healthy series count) and `offset 1h` into
+`offset 10s` (the run lasts seconds, not hours); metric names and labels are queried unchanged.
+Goodput and cost must have the values the script implies, and the speculative pool's acceptance
+figures the values its engine's counters imply.
 """
 
 from __future__ import annotations
@@ -19,23 +22,29 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
 import openai
 import pytest
 import yaml
 
+from eval.sim.adapters import write_adapter
 from gateway.tenancy.keys import generate_key, hash_key
 from tests.support.chart import CHART
+from tests.support.poll import wait_until
 from tests.support.procs import free_port, running, sim_args
 from tests.support.prom import metric
-from tests.support.prometheus import Prom, every_value, running_prometheus, wait_until
+from tests.support.prometheus import Prom, every_value, running_prometheus
 from tests.support.redis_server import RedisServer
 
 STREAMS = 20  # half on the slowed replica
 CASCADES = 4
 PRICE = (2.0, 6.0)  # USD per million input / output tokens, every priced pool
 RATE = "1m"
+SPEC_CONFIG = '{"method":"ngram","num_speculative_tokens":3,"prompt_lookup_max":3,"prompt_lookup_min":1}'
+SPEC_REQUESTS = 4
+SCRAPES = {"timeout": 60.0, "interval": 0.5}  # Prometheus scrapes every second or so
 
 
 @dataclass(frozen=True)
@@ -46,9 +55,10 @@ class ObsStack:
     ids: list[str]  # request ids of the streams
     spent: float  # USD the streams' usage costs at PRICE
     cascade_spent: float  # USD the cascades' summed usage costs at PRICE
+    spec_sim: str  # the speculative pool's simulator
 
 
-def _policy(sims: dict[str, str], keys: dict[str, str], dead: str) -> str:
+def _policy(sims: dict[str, str], keys: dict[str, str], dead: str, adapter: Path) -> str:
     price = f"{{input_per_mtok: {PRICE[0]}, output_per_mtok: {PRICE[1]}}}"
     timeouts = "{connect_s: 1, first_token_s: 10, total_s: 30}"
     return f"""\
@@ -67,11 +77,26 @@ pools:
     model: m
     endpoints: {{dns: {{name: cold.invalid., port: 8000}}}}
     admission: {{cold_start_timeout_s: 0.2}}
+  - name: spec
+    model: m
+    endpoints: {{static: ["{sims["spec"]}"]}}
+    # A window longer than the run: the acceptance panels still have series when they are queried.
+    speculative: {{method: ngram, num_speculative_tokens: 3, acceptance_window_s: 600}}
+    timeouts: {timeouts}
+  - name: lora
+    model: m
+    endpoints: {{static: ["{sims["lora"]}"]}}
+    lora: {{runtime_loading: true, adapters: [{{name: support, source: {adapter}, rank: 8}}]}}
+    timeouts: {timeouts}
 models:
+  - {{name: support, route: {{pool: lora, adapter: support}}, max_tokens: {{default: 3, cap: 8}}}}
   - {{name: chat, route: {{pool: mixed}}, max_tokens: {{default: 3, cap: 8}}, slo_class: interactive}}
   - {{name: down, route: {{pool: down}}, slo_class: interactive}}
   - {{name: cold, route: {{pool: cold}}}}
   - {{name: plain, route: {{pool: cheap}}, max_tokens: {{default: 3, cap: 8}}, cache: {{ttl_s: 600}}}}
+  - name: spec
+    route: {{speculative: {{pool: spec, plain: cheap, switch_batch: 8}}}}
+    max_tokens: {{default: 24, cap: 32}}
   - name: auto
     max_tokens: {{default: 4, cap: 8}}
     slo_class: batch
@@ -83,9 +108,15 @@ models:
           scorers: [{{kind: logprob, accept_threshold: 1.0}}]
           max_escalations: 1
           cost_budget: 1.0  # exports the cost guard's gauges (the alert on escalation rate)
+        explore: {{rate: 1.0, tier: standard}}  # exports the live estimate's gauges (the dashboard)
 slo_classes:
   interactive: {{ttft_ms: 300}}
   batch: {{e2e_ms: 60000}}
+drift:  # the drift canary's gauges (its dashboard panels and alert); the two simulators agree
+  every_s: 1
+  max_tokens: 2
+  prompts: ["drift canary"]
+  pairs: [{{a: cheap, b: strong}}]
 limits:
   backend: redis
 tenancy:
@@ -99,17 +130,22 @@ tenancy:
 @pytest.fixture(scope="module")
 def obs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ObsStack]:
     tmp = tmp_path_factory.mktemp("obs")
-    ports = {"fast": free_port(), "slowed": free_port(), "strong": free_port()}
+    ports = {name: free_port() for name in ("fast", "slowed", "strong", "spec", "lora")}
     sims = {name: f"http://127.0.0.1:{p}" for name, p in ports.items()}
     keys = {name: generate_key() for name in ("acme", "globex", "tiny")}
     policy = tmp / "policy.yaml"
-    policy.write_text(_policy(sims, keys, f"http://127.0.0.1:{free_port()}"))
+    adapter = write_adapter(tmp / "support")
+    policy.write_text(_policy(sims, keys, f"http://127.0.0.1:{free_port()}", adapter))
     gw_port = free_port()
     extra = {
         "fast": ["--profile", "instant"],
         # Every engine step takes 600 ms: no first token before 0.6 s, twice the objective.
         "slowed": ["--profile", "instant", "--step-base-ms", "600"],
         "strong": ["--profile", "instant"],
+        # The speculative pool's engine: vLLM's spec-decode counters (the acceptance panels).
+        "spec": ["--profile", "instant", "--speculative-config", SPEC_CONFIG],
+        # The LoRA pool's engine: the gateway loads the adapter on it (the adapter panels).
+        "lora": ["--profile", "instant", "--enable-lora", "--allow-runtime-lora-updating"],
     }
     redis = RedisServer(tmp)
     redis.start()
@@ -126,7 +162,7 @@ def obs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ObsStack]:
             "vllm": [f"127.0.0.1:{p}" for p in ports.values()],
         }
         prom = es.enter_context(running_prometheus(tmp, targets))
-        yield _drive(f"http://127.0.0.1:{gw_port}", keys, prom)
+        yield _drive(f"http://127.0.0.1:{gw_port}", keys, prom, sims["spec"])
 
 
 def _client(gateway: str, key: str) -> openai.OpenAI:
@@ -147,10 +183,10 @@ def _stream_once(client: openai.OpenAI) -> tuple[str, dict[str, int]]:
     return raw.headers["x-request-id"], usage
 
 
-def _drive(gateway: str, keys: dict[str, str], prom: Prom) -> ObsStack:
+def _drive(gateway: str, keys: dict[str, str], prom: Prom, spec_sim: str) -> ObsStack:
     """The scripted run; what it implies is checked by the tests below."""
     acme = _client(gateway, keys["acme"])
-    wait_until(prom.targets_up, what="every target scraped")
+    wait_until(prom.targets_up, "every target scraped", **SCRAPES)
     with ThreadPoolExecutor(STREAMS) as ex:
         streamed = list(ex.map(lambda _: _stream_once(acme), range(STREAMS)))
     cascades = [
@@ -168,6 +204,16 @@ def _drive(gateway: str, keys: dict[str, str], prom: Prom) -> ObsStack:
             model="plain", messages=[{"role": "user", "content": "c"}], temperature=0
         )
         time.sleep(0.2)  # the write happens after the answer went out
+    # The speculative alias, from an org whose cost no test counts: one at a time, so its batch stays
+    # under the switch point and every request drafts on the speculative pool (the acceptance panels).
+    for i in range(SPEC_REQUESTS):
+        globex.chat.completions.create(model="spec", messages=[{"role": "user", "content": f"s{i}"}])
+    # The adapter alias, streamed (its TTFT panel), from an org whose cost no test counts.
+    for _ in range(2):
+        for _chunk in globex.chat.completions.create(
+            model="support", messages=[{"role": "user", "content": "t"}], stream=True
+        ):
+            pass
     tiny = _client(gateway, keys["tiny"])
     with pytest.raises(openai.RateLimitError):
         for _ in range(3):
@@ -192,9 +238,10 @@ def _drive(gateway: str, keys: dict[str, str], prom: Prom) -> ObsStack:
     ended = time.time()
     wait_until(
         lambda: (stamps := prom.query("timestamp(up)")) and min(float(r["value"][1]) for r in stamps) > ended,
-        what="a scrape of every target after the run",
+        "a scrape of every target after the run",
+        **SCRAPES,
     )
-    return ObsStack(gateway, keys, prom, [rid for rid, _ in streamed], spent, cascade_spent)
+    return ObsStack(gateway, keys, prom, [rid for rid, _ in streamed], spent, cascade_spent, spec_sim)
 
 
 def test_goodput_drops_by_the_share_sent_to_the_slowed_replica(obs: ObsStack) -> None:
@@ -242,6 +289,24 @@ def test_feedback_only_from_the_requests_own_org(obs: ObsStack) -> None:
     assert per == pytest.approx(total / kept)
 
 
+def test_the_gateways_acceptance_figures_are_the_engines_counters(obs: ObsStack) -> None:
+    # The pool's window (600 s) spans the whole run and the engine started at zero, so the window's
+    # increase is the engine's whole count.
+    engine = httpx.get(f"{obs.spec_sim}/metrics").text
+    drafts = metric(engine, "vllm:spec_decode_num_drafts_total")
+    proposed = metric(engine, "vllm:spec_decode_num_draft_tokens_total")
+    accepted = metric(engine, "vllm:spec_decode_num_accepted_tokens_total")
+    assert drafts > 0 and proposed >= drafts
+    gateway = httpx.get(f"{obs.gateway}/metrics").text
+    pool = 'pool="spec"'
+    assert metric(gateway, "llmgw_pool_spec_window_draft_tokens", pool) == proposed
+    assert metric(gateway, "llmgw_pool_spec_acceptance_ratio", pool) == pytest.approx(accepted / proposed)
+    length = metric(gateway, "llmgw_pool_spec_mean_acceptance_length", pool)
+    assert length == pytest.approx(1 + accepted / drafts)
+    # Pools without speculation have no figures (0/0 is not an acceptance of 0).
+    assert 'llmgw_pool_spec_acceptance_ratio{pool="mixed"}' not in gateway
+
+
 def _queries() -> list[tuple[str, str]]:
     """(where, expr) of every dashboard panel target and every alert rule."""
     out: list[tuple[str, str]] = []
@@ -269,7 +334,7 @@ def test_every_dashboard_query_and_alert_expression_returns_series(obs: ObsStack
     queries = _queries()
     assert len(queries) > 30
     # `offset 10s` needs ten seconds of history past the run's first samples.
-    wait_until(lambda: obs.prom.query("llmgw_requests_total offset 15s"), what="15 s of history")
+    wait_until(lambda: obs.prom.query("llmgw_requests_total offset 15s"), "15 s of history", **SCRAPES)
     # A query on a metric nobody exports must come back empty, or this check proves nothing.
     assert obs.prom.query(_runnable("sum(rate(llmgw_not_exported_total[$__rate_interval])) > 1")) == []
     empty = [(where, expr) for where, expr in queries if not obs.prom.query(_runnable(expr))]

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
+import redis.asyncio as aioredis
 
 from tests.support.redis_server import REDIS_SERVER, RedisServer
 
@@ -17,3 +18,12 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServ
     server.start()
     yield server
     server.kill()
+
+
+@pytest.fixture
+async def redis_client(redis_server: RedisServer) -> AsyncIterator[aioredis.Redis]:
+    """A redis-py asyncio client on a database of its own (3), emptied for each test."""
+    c = aioredis.Redis.from_url(redis_server.url.rsplit("/", 1)[0] + "/3", socket_timeout=0.5)
+    await c.flushdb()
+    yield c
+    await c.aclose()

@@ -3,46 +3,15 @@ bytes, keys never hold the raw request id, one verdict across replicas, failures
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
-
 import pytest
 import redis.asyncio as aioredis
 from prometheus_client import CollectorRegistry
 
-from gateway.config import parse_policy
 from gateway.errors import ConflictError, NotFoundError, UpstreamUnavailableError
-from gateway.observability.cost import CostMetrics
-from gateway.observability.feedback import Delivered, Feedback, FeedbackRequest, FeedbackStore
+from gateway.observability.feedback import Delivered, FeedbackRequest
 from gateway.observability.feedback_shared import Flushing, SharedFeedback, decode, encode
+from tests.support.feedback import shared_feedback as _feedback
 from tests.support.procs import free_port
-from tests.support.redis_server import RedisServer, start_any
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    s = start_any(tmp_path_factory.mktemp("feedback-redis"))
-    yield s
-    s.kill()
-
-
-@pytest.fixture
-async def client(server: RedisServer) -> AsyncIterator[aioredis.Redis]:
-    c = aioredis.Redis.from_url(server.url, socket_timeout=0.5)
-    await c.flushdb()
-    yield c
-    await c.aclose()
-
-
-def _feedback(client: aioredis.Redis) -> Feedback:
-    reg = CollectorRegistry()
-    policy = parse_policy(
-        'pools: [{name: p, model: p, endpoints: {static: ["http://127.0.0.1:1"]}}]\n'
-        "models: [{name: p, route: {pool: p}}]\n",
-        "t",
-    )
-    fb = Feedback(FeedbackStore(60.0, 100), CostMetrics(policy, reg), reg)
-    fb.share(SharedFeedback(client, 60.0, reg, "t:"))
-    return fb
 
 
 def test_record_codec_round_trips() -> None:
@@ -51,7 +20,8 @@ def test_record_codec_round_trips() -> None:
     assert decode(encode("weak", 1.0, None), rated=False).extra is None
 
 
-async def test_a_record_shared_by_one_replica_is_rated_once_on_another(client: aioredis.Redis) -> None:
+async def test_a_record_shared_by_one_replica_is_rated_once_on_another(redis_client: aioredis.Redis) -> None:
+    client = redis_client
     one, two = _feedback(client), _feedback(client)
     seen: list[tuple[str, str, bool, float | None, Delivered]] = []
     two.on_rated(lambda *args: seen.append(args))
@@ -71,7 +41,8 @@ async def test_a_record_shared_by_one_replica_is_rated_once_on_another(client: a
         await two.rate("acme", FeedbackRequest(request_id="req-1", accepted=True))
 
 
-async def test_background_flush_and_bounded_buffer(client: aioredis.Redis) -> None:
+async def test_background_flush_and_bounded_buffer(redis_client: aioredis.Redis) -> None:
+    client = redis_client
     reg = CollectorRegistry()
     shared = SharedFeedback(client, 60.0, reg, "t:", Flushing(interval_s=0.01, batch=2, max_buffer=3))
     for i in range(5):

@@ -11,7 +11,9 @@ so one process backs many pools:
 - `keepalive`: a stream that sends only `: keep-alive` comments (no token ever);
 - `midstream`: one token, then an error event holding the secrets, then [DONE] (as vLLM does);
 - `gzip`: a gzip-compressed answer;
-- `endless`: one token, then an event that never ends (2 MiB of data with no blank line).
+- `endless`: one token, then an event that never ends (2 MiB of data with no blank line);
+- `badload-a`, `badload-b`: plain answers, but `/metrics` reports NaN and ±Inf among vLLM's queue
+  gauges (valid exposition; two replicas behind prefix affinity, whose load bound does arithmetic).
 """
 
 from __future__ import annotations
@@ -36,6 +38,12 @@ SECRETS = (
     "gpu-node-17.corp.example",
     "hf_SECRETtoken0123456789abcdef",
     "10.42.7.19",
+)
+BAD_LOAD = (
+    "vllm:num_requests_waiting NaN\n"
+    'vllm:num_requests_waiting{engine="1"} 2\n'
+    "vllm:num_requests_running +Inf\n"
+    "vllm:kv_cache_usage_perc -Inf\n"
 )
 LEAK = f"engine failed calling {SECRETS[0]}/v1 on {SECRETS[1]} ({SECRETS[3]}) with token {SECRETS[2]}"
 
@@ -103,6 +111,8 @@ async def _handle(request: web.Request) -> web.StreamResponse:
         error = orjson.dumps({"error": {"message": LEAK, "type": "InternalServerError", "code": 500}})
         pieces = [b"data: " + _chunk("a") + b"\n\n", b"data: " + error + b"\n\n", b"data: [DONE]\n\n"]
         return await _stream(request, pieces)  # as vLLM ends a stream that failed
+    if mode.startswith("badload"):
+        return await _stream(request, [b"data: " + _chunk("a") + b"\n\n", b"data: [DONE]\n\n"])
     if mode == "endless":
         endless = [b"data: " + _chunk("a") + b"\n\n", b'data: {"x":"'] + [b"y" * 65536] * 32
         return await _stream(request, endless)
@@ -111,6 +121,12 @@ async def _handle(request: web.Request) -> web.StreamResponse:
 
 async def _health(_: web.Request) -> web.Response:
     return web.Response(text="ok")
+
+
+async def _metrics(request: web.Request) -> web.Response:
+    if not request.match_info["mode"].startswith("badload"):
+        return web.Response(status=404)  # the other modes' scrapes fail as they always did
+    return web.Response(text=BAD_LOAD)
 
 
 @contextmanager
@@ -141,6 +157,7 @@ def gateway_before_hostile_pool(tmp: Path, client: str) -> Iterator[tuple[str, P
     pool_port, gw_port, dead_port = free_port(), free_port(), free_port()
     urls = {m: f"http://127.0.0.1:{pool_port}/{m}" for m in MODES}
     urls["refused"] = f"http://127.0.0.1:{dead_port}"
+    badload = f'"http://127.0.0.1:{pool_port}/badload-a", "http://127.0.0.1:{pool_port}/badload-b"'
     lines = ["pools:"]
     for name, url in urls.items():
         lines += [
@@ -152,8 +169,14 @@ def gateway_before_hostile_pool(tmp: Path, client: str) -> Iterator[tuple[str, P
         ]
         if name == "crlf":  # one failure counted against its replica would show
             lines.append("    breaker: {failures: 1, open_s: 60}")
+    lines += [
+        "  - name: badload",
+        "    model: m",
+        f"    endpoints: {{static: [{badload}]}}",
+        "    balancing: {strategy: prefix_affinity, scrape_interval_s: 0.2}",
+    ]
     lines.append("models:")
-    lines += [f"  - {{name: {name}, route: {{pool: {name}}}}}" for name in urls]
+    lines += [f"  - {{name: {name}, route: {{pool: {name}}}}}" for name in (*urls, "badload")]
     cfg = tmp / "policy.yaml"
     cfg.write_text("\n".join(lines) + "\ntenancy: {auth: disabled}\n")
     log = tmp / "gateway.log"
@@ -171,6 +194,7 @@ def main() -> None:
     app = web.Application()
     app.router.add_post("/{mode}/v1/{tail:.*}", _handle)
     app.router.add_get("/health", _health)
+    app.router.add_get("/{mode}/metrics", _metrics)
     web.run_app(app, host="127.0.0.1", port=args.port, print=None, access_log=None)
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -86,15 +85,6 @@ def running_prometheus(tmp: Path, targets: dict[str, list[str]]) -> Iterator[Pro
     finally:
         stop(proc)
         log.close()
-
-
-def wait_until(check: Any, timeout: float = 60.0, what: str = "") -> None:
-    """Poll `check()` until it is truthy (waiting for scrapes, not asserting on time)."""
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"gave up waiting for {what or check}")
-        time.sleep(0.5)
 
 
 _COMPARISON = re.compile(r"(==|!=|>=|<=|>|<)(?!\s*bool\b)")

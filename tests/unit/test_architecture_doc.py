@@ -15,7 +15,17 @@ PATH = re.compile(
 # The layers of docs/architecture.md ("Packages and the direction of imports"): a module may import
 # from its own layer or a lower one.
 LAYERS: list[tuple[str, ...]] = [
-    ("gateway.errors", "gateway.config", "gateway.config_pool", "gateway.settings"),
+    (
+        "gateway.errors",
+        "gateway.config",
+        "gateway.config_pool",
+        "gateway.config_route",
+        "gateway.config_lora",
+        "gateway.config_guardrails",
+        "gateway.config_refs",
+        "gateway.config_drift",
+        "gateway.settings",
+    ),
     (
         "gateway.edge.exchange",
         "gateway.edge.openapi",
@@ -23,7 +33,7 @@ LAYERS: list[tuple[str, ...]] = [
         "gateway.tenancy",
     ),
     ("gateway.observability",),
-    ("gateway.upstream", "gateway.budget", "gateway.dialects"),
+    ("gateway.upstream", "gateway.budget", "gateway.dialects", "gateway.guardrails"),
     ("gateway.routing",),
     ("gateway.relay",),
     (

@@ -128,6 +128,8 @@ def test_resolve_thresholds_prefers_yaml_then_share_then_artifact() -> None:
             },
             "cheap -> strong",
         ),
+        ({"tiers": [{"pool": "a", "price": {"input_per_mtok": "inf", "output_per_mtok": 1}}]}, "finite"),
+        ({"tiers": [{"pool": "a", "price": {"input_per_mtok": 1, "output_per_mtok": 1e309}}]}, "finite"),
         ({"tiers": [{"pool": "a"}], "cascade": {"scorers": [{"kind": "magic"}]}}, "kind"),
         ({"tiers": [{"pool": "a"}], "colour": 1}, "Extra inputs"),
     ],

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import math
+
 from pools.breaker import Breaker, State
 from pools.budget import RetryBudget
-from pools.vllm_metrics import parse_load
+from pools.picker import bounded_loads
+from pools.replica import Replica
+from pools.vllm_metrics import MAX_QUEUE, parse_load
 
 
 def test_breaker_opens_after_consecutive_failures_and_a_success_resets_the_count() -> None:
@@ -86,3 +90,22 @@ def test_parse_load_reads_the_deprecated_kv_name_alone() -> None:
 
 def test_parse_load_of_a_non_vllm_page_is_none() -> None:
     assert parse_load("# nothing\nprocess_cpu_seconds_total 3\n", at=0) is None
+
+
+def test_parse_load_skips_non_finite_samples_and_clamps_hostile_counts() -> None:
+    """A replica's page is hostile: NaN/Inf made the load bound's math.ceil raise (a 500 on pick)."""
+    page = "vllm:num_requests_waiting NaN\nvllm:num_requests_running +Inf\nvllm:num_requests_waiting 3\n"
+    load = parse_load(page + "vllm:kv_cache_usage_perc -Inf\n", at=0)
+    assert load is not None and (load.waiting, load.running, load.kv_usage) == (3, 0, 0)
+    huge = 'vllm:num_requests_waiting{e="0"} 1e308\nvllm:num_requests_waiting{e="1"} 1e308\n'
+    load = parse_load(huge + "vllm:num_requests_running -5\nvllm:kv_cache_usage_perc 7\n", at=0)
+    assert load is not None and (load.waiting, load.running, load.kv_usage) == (MAX_QUEUE, 0, 1)
+    assert parse_load("vllm:num_requests_waiting NaN\n", at=0) is None  # no usable sample: unknown load
+
+
+def test_bounded_loads_stays_finite_on_the_most_a_replica_can_report() -> None:
+    replicas = [Replica(f"http://r{i}", Breaker(failures_to_open=3, open_s=10)) for i in range(3)]
+    for r in replicas:
+        r.load = parse_load(f"vllm:num_requests_waiting {MAX_QUEUE}\nvllm:num_requests_waiting 1e308\n", at=0)
+    loads, cap = bounded_loads(replicas, now=0, stale_after=10, factor=1.25)
+    assert loads == [MAX_QUEUE] * 3 and cap == math.ceil(1.25 * (3 * MAX_QUEUE + 1) / 3)

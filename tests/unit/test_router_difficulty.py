@@ -6,9 +6,10 @@ import asyncio
 import threading
 from collections.abc import Iterator
 
+import numpy as np
 import pytest
 
-from router.difficulty import DifficultyModel
+from router.difficulty import Assessment, DifficultyModel
 
 
 @pytest.fixture(scope="module")
@@ -61,17 +62,17 @@ async def test_async_matches_sync_and_runs_off_the_loop(model: DifficultyModel) 
     expected = model.score_many(texts)
     loop_thread = threading.get_ident()
     seen: set[int] = set()
-    original = model.score_many
+    original = model.assess_many
 
-    def spy(batch: list[str]) -> list[float]:
+    def spy(batch: list[str]) -> list[Assessment]:
         seen.add(threading.get_ident())
         return original(batch)
 
-    model.score_many = spy  # type: ignore[method-assign]
+    model.assess_many = spy  # type: ignore[method-assign]
     try:
         got = await asyncio.gather(*(model.score(t) for t in texts))
     finally:
-        del model.score_many
+        del model.assess_many
     assert got == pytest.approx(expected, abs=1e-6)
     assert seen and loop_thread not in seen
 
@@ -80,31 +81,40 @@ async def test_cache_answers_repeats(model: DifficultyModel) -> None:
     text = "A repeated prompt about thermodynamics."
     first = await model.score(text)
     calls = 0
-    original = model.score_many
+    original = model.assess_many
 
-    def counting(batch: list[str]) -> list[float]:
+    def counting(batch: list[str]) -> list[Assessment]:
         nonlocal calls
         calls += 1
         return original(batch)
 
-    model.score_many = counting  # type: ignore[method-assign]
+    model.assess_many = counting  # type: ignore[method-assign]
     try:
         assert await model.score(text) == first
     finally:
-        del model.score_many
+        del model.assess_many
     assert calls == 0
 
 
+async def test_assess_gives_the_embedding_the_difficulty_was_computed_from(model: DifficultyModel) -> None:
+    text = "Assess: which planet has the most moons?"
+    difficulty, emb = await model.assess(text)
+    assert difficulty == pytest.approx(model.score_sync(text), abs=1e-6)
+    direct = model.encoder.embed([text], model.max_tokens)[0]
+    assert emb.shape == (model.encoder.identity.dim,)
+    assert float(np.dot(emb, direct) / (np.linalg.norm(emb) * np.linalg.norm(direct))) > 0.9999
+
+
 async def test_encoder_errors_reach_the_caller(model: DifficultyModel) -> None:
-    def boom(batch: list[str]) -> list[float]:
+    def boom(batch: list[str]) -> list[Assessment]:
         raise RuntimeError("encoder exploded")
 
-    model.score_many = boom  # type: ignore[method-assign]
+    model.assess_many = boom  # type: ignore[method-assign]
     try:
         with pytest.raises(RuntimeError, match="encoder exploded"):
             await model.score("a prompt that is not cached yet 1234")
     finally:
-        del model.score_many
+        del model.assess_many
 
 
 async def test_a_cancelled_caller_does_not_break_its_batch(model: DifficultyModel) -> None:

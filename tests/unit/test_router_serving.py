@@ -11,7 +11,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from router.difficulty import DifficultyModel
+from router.difficulty import Assessment, DifficultyModel
 
 MMLU_DEV = Path("/work/shared/data/routing/mmlu_dev.jsonl")
 
@@ -26,13 +26,13 @@ def model() -> Iterator[DifficultyModel]:
 def _batch_sizes(model: DifficultyModel, monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Record the size of every batch the inference thread scores (undone after the test)."""
     sizes: list[int] = []
-    original = model.score_many
+    original = model.assess_many
 
-    def spy(batch: Sequence[str]) -> list[float]:
+    def spy(batch: Sequence[str]) -> list[Assessment]:
         sizes.append(len(batch))
         return original(batch)
 
-    monkeypatch.setattr(model, "score_many", spy)
+    monkeypatch.setattr(model, "assess_many", spy)
     return sizes
 
 

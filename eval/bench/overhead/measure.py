@@ -55,6 +55,7 @@ class Options:
     # Another checkout's gateway, measured as side "before" beside ours in the same rounds (a change's
     # before/after in one run, on one machine state).
     before: Path | None = None
+    guardrails: bool = False  # the measured gateway runs every input guardrail (the before side none)
 
 
 @dataclass(frozen=True, slots=True)

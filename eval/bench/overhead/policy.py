@@ -20,8 +20,28 @@ def pool_and_model_yaml(upstream_port: int) -> str:
     )
 
 
-def write_policy(path: Path, upstream_port: int) -> None:
-    """The spine gateway's policy: one pool over the upstream, no auth, no limits."""
+# `--guardrails`: every input guardrail on for the anonymous tier (docs/design/025): each detector in
+# redact mode (the full scan, and a rewrite when it finds something: the bench prompt has nothing to
+# find, as most traffic), a prompt size limit and an allowed-tools list.
+GUARDRAILS_YAML = """\
+guardrails:
+  profiles:
+    all:
+      secrets: redact
+      pii: redact
+      injection: redact
+      hidden_unicode: redact
+      exfiltration: redact
+      max_prompt_chars: 100000
+      allowed_tools: [get_weather]
+  tiers: {standard: all}
+"""
+
+
+def write_policy(path: Path, upstream_port: int, guardrails: bool = False) -> None:
+    """The spine gateway's policy: one pool over the upstream, no auth, no limits (with `guardrails`,
+    every input guardrail on)."""
     # No auth (it is on by default), hence the anonymous tenant with no limits: the in-memory
     # limiter with zero rules.
-    path.write_text(pool_and_model_yaml(upstream_port) + "tenancy: {auth: disabled}\n")
+    extra = GUARDRAILS_YAML if guardrails else ""
+    path.write_text(pool_and_model_yaml(upstream_port) + "tenancy: {auth: disabled}\n" + extra)

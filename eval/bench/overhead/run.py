@@ -94,7 +94,7 @@ def _start(
     else:
         up_args = [sys.executable, "-m", "eval.bench.overhead", "--serve-static", str(up_port)]
     policy = work / "policy.yaml"
-    write_policy(policy, up_port)
+    write_policy(policy, up_port, guardrails=opts.guardrails)
     progress(f"starting {opts.upstream} upstream on :{up_port} and the spine gateway on :{gw_port}")
     up_ready = f"http://127.0.0.1:{up_port}/health"
     up = stack.enter_context(spawned(up_args, opts.load_cpu, up_ready, work / "upstream.log"))
@@ -110,8 +110,13 @@ def _start(
         progress(f"starting the before gateway ({opts.before}) on :{b_port}")
         b_env = {**quiet, "PYTHONPATH": str(opts.before)}
         b_log = work / "before.log"
+        # With --guardrails the before side runs without them: guardrails on vs off in the same rounds.
+        b_policy = work / "policy-before.yaml"
+        write_policy(b_policy, up_port)
         b = stack.enter_context(
-            spawned(_serve(policy, b_port), opts.gateway_cpu, _healthz(b_port), b_log, b_env, cwd=opts.before)
+            spawned(
+                _serve(b_policy, b_port), opts.gateway_cpu, _healthz(b_port), b_log, b_env, cwd=opts.before
+            )
         )
         before = Side("before", b_port, b.pid)
     if not opts.limiter:
@@ -270,6 +275,7 @@ def run_benchmark(opts: Options, argv: Sequence[str]) -> dict[str, Any]:
             "speculative": opts.speculative,
             "limiter_upstream": opts.limiter_upstream,
             "before": str(opts.before) if opts.before else None,
+            "guardrails": opts.guardrails,
         },
         "environment": environment(opts.before),
         "latency": latency,
@@ -336,6 +342,12 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         help="also measure the gateway of another checkout (e.g. a `git worktree` of the parent commit) "
         "in the same rounds, on the same upstream and core: a change's before/after in one run",
     )
+    p.add_argument(
+        "--guardrails",
+        action="store_true",
+        help="the measured gateway runs every input guardrail (docs/design/025); with `--before .` the "
+        "before side is the same checkout without them: the guardrails' added latency in one run",
+    )
     p.add_argument("--out", type=Path, default=Path("bench-results/overhead.json"), help="JSON report path")
     p.add_argument("--serve-static", type=int, metavar="PORT", help=argparse.SUPPRESS)
     return p.parse_args(list(argv))
@@ -366,6 +378,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         speculative=args.speculative,
         limiter_upstream=args.limiter_upstream,
         before=args.before.resolve() if args.before else None,
+        guardrails=args.guardrails,
     )
     report = run_benchmark(opts, ["python", "-m", "eval.bench.overhead", *args_list])
     print(render(report))

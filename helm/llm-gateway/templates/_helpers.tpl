@@ -73,7 +73,7 @@ app.kubernetes.io/component: {{ .component }}
 
 {{- define "llm-gateway.poolSelector" -}}
 {{ include "llm-gateway.componentSelector" (dict "ctx" .ctx "component" "pool") }}
-llm-gateway.io/pool: {{ .pool.name }}
+llm-gateway.io/pool: {{ .pool.name | quote }}
 {{- end -}}
 
 {{/*
@@ -110,6 +110,9 @@ lists are replaced, not concatenated.
 {{- if gt (int $m.keda.minReplicaCount) (int $m.keda.maxReplicaCount) -}}
 {{- fail (printf "pools[%s].keda: minReplicaCount (%d) must not exceed maxReplicaCount (%d)" $m.name (int $m.keda.minReplicaCount) (int $m.keda.maxReplicaCount)) -}}
 {{- end -}}
+{{- if $m.lora.enabled -}}
+{{- include "llm-gateway.loraChecks" $m -}}
+{{- end -}}
 {{- $pools = append $pools $m -}}
 {{- end -}}
 {{- toYaml $pools -}}
@@ -140,6 +143,76 @@ The test API key: reused from the existing Secret on upgrades (lookup), new and 
 {{- end -}}
 {{- end -}}
 
+{{/*
+`--speculative-config` of a pool's `speculative` (what gateway/config_pool.py Speculative.engine_config
+gives): the engine's keys, without the gateway's acceptance_window_s, with `extra` merged in.
+*/}}
+{{- define "llm-gateway.speculativeArg" -}}
+{{- $engine := merge (omit . "acceptance_window_s" "extra") (default dict .extra) -}}
+{{- printf "--speculative-config=%s" (toJson $engine) -}}
+{{- end -}}
+
+{{/* Render-time checks of an enabled `lora` that the schema cannot express; called with a merged pool. */}}
+{{- define "llm-gateway.loraChecks" -}}
+{{- $l := .lora -}}
+{{- if not $l.adapters -}}
+{{- fail (printf "pools[%s].lora: enabled needs at least one entry in adapters" .name) -}}
+{{- end -}}
+{{- if and (not (kindIs "invalid" $l.maxCpuLoras)) (lt (int $l.maxCpuLoras) (int $l.maxLoras)) -}}
+{{- fail (printf "pools[%s].lora: maxCpuLoras (%d) must be at least maxLoras (%d)" .name (int $l.maxCpuLoras) (int $l.maxLoras)) -}}
+{{- end -}}
+{{- $seen := dict -}}
+{{- range $a := $l.adapters -}}
+{{- if hasKey $seen $a.name -}}
+{{- fail (printf "pools[%s].lora: duplicate adapter name %q" $.name $a.name) -}}
+{{- end -}}
+{{- $_ := set $seen $a.name true -}}
+{{- if gt (int $a.rank) (int $l.maxLoraRank) -}}
+{{- fail (printf "pools[%s].lora: adapter %q has rank %d, above maxLoraRank %d" $.name $a.name (int $a.rank) (int $l.maxLoraRank)) -}}
+{{- end -}}
+{{- if eq $a.name $.servedModelName -}}
+{{- fail (printf "pools[%s].lora: adapter %q is named like the served model" $.name $a.name) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The adapters of a pool's `lora` as the policy has them: {name, source, rank[, price]}, `source` the
+adapter's `path` or <mountPath>/<name>. A YAML list (fromYamlArray).
+*/}}
+{{- define "llm-gateway.loraAdapters" -}}
+{{- $out := list -}}
+{{- range $a := .adapters -}}
+{{- $src := default (printf "%s/%s" (trimSuffix "/" $.mountPath) $a.name) $a.path -}}
+{{- $e := dict "name" $a.name "source" $src "rank" (int $a.rank) -}}
+{{- with $a.price -}}
+{{- $_ := set $e "price" . -}}
+{{- end -}}
+{{- $out = append $out $e -}}
+{{- end -}}
+{{- toYaml $out -}}
+{{- end -}}
+
+{{/*
+The engine flags of an enabled `lora` (vLLM and the simulator alike; --max-cpu-loras for vLLM only):
+a YAML list. `--lora-modules` takes every adapter after one flag (vLLM keeps only the last occurrence
+of a repeated one); omitted with runtimeLoading unless preload. Call with (dict "lora" $l "vllm" bool).
+*/}}
+{{- define "llm-gateway.loraArgs" -}}
+{{- $l := .lora -}}
+{{- $args := list "--enable-lora" (printf "--max-loras=%d" (int $l.maxLoras)) (printf "--max-lora-rank=%d" (int $l.maxLoraRank)) -}}
+{{- if and .vllm (not (kindIs "invalid" $l.maxCpuLoras)) -}}
+{{- $args = append $args (printf "--max-cpu-loras=%d" (int $l.maxCpuLoras)) -}}
+{{- end -}}
+{{- if or (not $l.runtimeLoading) $l.preload -}}
+{{- $args = append $args "--lora-modules" -}}
+{{- range $a := include "llm-gateway.loraAdapters" $l | fromYamlArray -}}
+{{- $args = append $args (printf "%s=%s" $a.name $a.source) -}}
+{{- end -}}
+{{- end -}}
+{{- toYaml $args -}}
+{{- end -}}
+
 {{- define "llm-gateway.testModel" -}}
 {{- default (index .Values.config.models 0).name .Values.tests.model -}}
 {{- end -}}
@@ -159,6 +232,13 @@ search list on every re-resolve. */ -}}
 {{- $endpoints = dict "kubernetes" (dict "service" (include "llm-gateway.poolName" (dict "ctx" $ "pool" $p)) "port" 8000) -}}
 {{- end -}}
 {{- $gen := dict "name" $p.name "engine" "vllm" "model" $p.servedModelName "endpoints" $endpoints -}}
+{{- with $p.speculative -}}
+{{- $_ := set $gen "speculative" . -}}
+{{- end -}}
+{{- if $p.lora.enabled -}}
+{{- $l := $p.lora -}}
+{{- $_ := set $gen "lora" (dict "max_loras" (int $l.maxLoras) "max_rank" (int $l.maxLoraRank) "runtime_loading" $l.runtimeLoading "affinity" $l.affinity "adapters" (include "llm-gateway.loraAdapters" $l | fromYamlArray)) -}}
+{{- end -}}
 {{- $pools = append $pools (include "llm-gateway.merge" (dict "base" $gen "over" $p.gateway) | fromYaml) -}}
 {{- end -}}
 {{- $policy := omit (deepCopy .Values.config) "pools" -}}

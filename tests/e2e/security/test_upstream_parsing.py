@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from tests.support.hostile_pool import CRLF_STREAM, gateway_before_hostile_pool
+from tests.support.poll import wait_until
 from tests.support.prom import metric
 
 pytestmark = pytest.mark.e2e
@@ -71,3 +72,23 @@ def test_an_event_that_never_ends_is_cut_at_the_bound(gateway: str) -> None:
     assert events[-1] == "data: [DONE]"
     assert "pool 'endless' sent a stream event larger than 1024 KiB" in events[-2]
     assert len(resp.content) < 64 << 10  # none of the oversized event was relayed
+
+
+def test_nan_and_inf_in_a_replicas_metrics_never_break_a_pick(gateway: str) -> None:
+    """Two replicas behind prefix affinity report NaN/±Inf among vLLM's queue gauges (valid exposition).
+    NaN reached the load bound's math.ceil: every pick raised, a 500. The samples are skipped now."""
+    waiting = "llmgw_replica_waiting_requests"
+
+    def scraped() -> str:
+        text = httpx.get(f"{gateway}/metrics", timeout=5).text
+        return text if text.count(f'{waiting}{{pool="badload"') == 2 else ""
+
+    wait_until(scraped, "a scrape of both badload replicas", timeout=10)
+    body = {"model": "badload", "messages": [{"role": "user", "content": "hi"}]}
+    for _ in range(3):
+        resp = httpx.post(f"{gateway}/v1/chat/completions", json=body, timeout=20)
+        assert resp.status_code == 200, resp.text
+        streamed = _stream(gateway, "badload")
+        assert streamed.status_code == 200, streamed.text
+        assert streamed.content.endswith(b"data: [DONE]\n\n")
+    assert metric(scraped(), waiting, 'pool="badload"') == 4  # 2 each: NaN skipped, +Inf/-Inf too

@@ -44,8 +44,8 @@ def _alias(calibration: Any) -> RoutedAlias:
 async def _strong_share(alias: RoutedAlias, n: int) -> float:
     starts = []
     for _ in range(n):
-        plan, _, _ = await alias.plan([{"role": "user", "content": "q"}], None, (), False)
-        starts.append(plan.start_tier)
+        planned = await alias.plan([{"role": "user", "content": "q"}], None, (), False)
+        starts.append(planned.plan.start_tier)
     return sum(1 for s in starts if s == 1) / n
 
 

@@ -1,6 +1,6 @@
 import pytest
 
-from router.cost_guard import CostGuard, miscalibrated
+from router.cost_guard import CostGuard
 
 
 def test_offset_rises_when_over_budget_and_returns_to_zero() -> None:
@@ -35,14 +35,33 @@ def test_stats() -> None:
     assert guard.threshold_offset() == 0.0  # under budget: configured behaviour
 
 
-def test_miscalibrated() -> None:
-    assert miscalibrated(0.95, 100)
-    assert not miscalibrated(0.94, 1000)
-    assert not miscalibrated(1.0, 99)
-
-
 def test_budget_range() -> None:
     with pytest.raises(ValueError):
         CostGuard(0.0)
     with pytest.raises(ValueError):
         CostGuard(1.5)
+
+
+def test_window_figures_follow_the_last_window_exactly() -> None:
+    # The guard keeps running counts: they must equal the figures recomputed from the last `window`.
+    guard = CostGuard(0.5, window=7)
+    history: list[tuple[float, float, bool]] = []
+    for i in range(40):
+        cost, strong, escalated = (i % 5) * 0.1, 1.0 + (i % 3), i % 4 != 0
+        guard.record(cost, strong, escalated)
+        history.append((cost, strong, escalated))
+        last = history[-7:]
+        assert guard.window_n() == len(last)
+        assert guard.escalation_rate() == pytest.approx(sum(e for _, _, e in last) / len(last))
+    assert guard.realized_cost_share() == pytest.approx(
+        sum(c for c, _, _ in history) / sum(s for _, s, _ in history)
+    )
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -0.1])
+def test_a_cost_that_is_not_a_finite_non_negative_number_is_refused(bad: float) -> None:
+    guard = CostGuard(0.4)
+    for args in ((bad, 1.0), (0.1, bad)):
+        with pytest.raises(ValueError):
+            guard.record(*args, escalated=False)
+    assert guard.window_n() == 0 and guard.realized_cost_share() is None

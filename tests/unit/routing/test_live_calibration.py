@@ -64,3 +64,55 @@ def test_domain_switch_windows_stay_near_target() -> None:
     hard = [r.random() ** 0.3 for _ in range(1000)]
     (after,) = windows_after_switches([easy, hard], 0.3)
     assert len(after) == 5 and all(abs(s - 0.3) <= 0.07 for s in after)
+
+
+def _cut_from_scratch(
+    windows: list[list[float]], peers: list[float], routed: list[bool], target: float, gain: float
+) -> float | None:
+    """The cut as the docstring defines it, every sketch rebuilt from the raw scores."""
+    from ddsketch import DDSketch
+
+    merged = DDSketch(0.01)
+    for v in [*windows[-2], *windows[-1], *peers]:
+        merged.add(v + 1.0)
+    if merged.count < 50:
+        return None
+    error = sum(routed) / len(routed) - target if routed else 0.0
+    value = merged.get_quantile_value(min(1.0, max(0.0, 1.0 - target + gain * error)))
+    return None if value is None else float(value) - 1.0
+
+
+def test_incremental_sketches_give_the_cut_rebuilt_from_scratch() -> None:
+    # observe() keeps one merged sketch up to date instead of merging per request: across rotations
+    # and peers' merges every cut must equal the one computed from all the raw scores.
+    target, gain, window, feedback = 0.3, 4.0, 100, 20
+    cal = LiveCalibration(target, window=window, min_samples=50, gain=gain, feedback=feedback)
+    peer = LiveCalibration(target, window=window, min_samples=50)
+    r = random.Random(7)
+    windows: list[list[float]] = [[], []]
+    peer_scores: list[float] = []
+    routed: list[bool] = []
+    for i in range(450):
+        if i in (120, 260):  # a peer publishes; merging replaces the previous peers' state
+            peer_scores = [r.random() ** 0.5 for _ in range(40)]
+            fresh = LiveCalibration(target, window=window, min_samples=50)
+            for v in peer_scores:
+                fresh.observe(v)
+            peer = fresh
+            cal.merge_bytes([peer.to_bytes()])
+        if i == 380:
+            peer_scores = []
+            cal.merge_bytes([])
+        d = r.random() ** 2
+        before = cal.cut()
+        if before is not None:
+            routed = [*routed, d >= before][-feedback:]
+        cal.observe(d)
+        windows[-1].append(d)
+        if len(windows[-1]) == window:
+            windows.append([])
+        expected = _cut_from_scratch(windows, peer_scores, routed, target, gain)
+        got = cal.cut()
+        assert (got is None) == (expected is None), i
+        assert got is None or got == pytest.approx(expected, abs=1e-12), i
+        assert cal.realized_strong_share() == (sum(routed) / len(routed) if routed else None)

@@ -80,3 +80,11 @@ def test_neighbourhood_carries_memory_base_rate() -> None:
         mem.add(_unit(0), label)
     hood = mem.neighbourhood(_unit(0))
     assert hood is not None and hood.base_rate == pytest.approx(0.25)
+
+
+def test_the_base_rate_follows_the_ring_when_it_overwrites() -> None:
+    mem = OutcomeMemory(dim=4, capacity=3, k=3)
+    for i, label in enumerate((1.0, 1.0, 1.0, 0.0, 0.0)):
+        mem.add(np.eye(4, dtype=np.float32)[i % 4] + 0.1, label)
+    hood = mem.neighbourhood(np.ones(4, dtype=np.float32))
+    assert hood is not None and hood.base_rate == pytest.approx(1 / 3)

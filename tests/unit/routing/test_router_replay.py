@@ -1,4 +1,7 @@
+import dataclasses
+
 import numpy as np
+import pytest
 
 from eval.routing.replay import ReplayConfig, ReplayData, replay
 from eval.routing.replay_report import combine
@@ -43,3 +46,16 @@ def test_estimate_tracks_truth_and_no_exploration_learns_nothing() -> None:
     assert quiet["labels"] == 0 and quiet["apgr"] == quiet["apgr_prior"]
     both = combine([report, quiet])
     assert both["summary"]["labels"]["n"] == 2 and len(both["runs"]) == 2
+
+
+def test_exploration_calls_the_judge_cannot_label_still_count_as_strong_calls() -> None:
+    # Free-text answers: the agreement judge cannot tell, so nothing is learnt, but every explored
+    # cheap-routed row still made a strong call, which CPT must count.
+    data = dataclasses.replace(_data(), strong_text=["Blue deep water."] * 400, weak_text=["Waves."] * 400)
+    cfg = ReplayConfig(explore_rate=1.0, judge="agreement", seed=4)
+    explored, _, _ = replay(data, cfg, threshold=0.7)
+    quiet, _, _ = replay(data, dataclasses.replace(cfg, explore_rate=0.0), threshold=0.7)
+    assert explored["labels"] == 0 and explored["explore_cost_share"] > 0.5
+    cheap_share = 1.0 - explored["strong_share"]
+    assert explored["cpt50"] == pytest.approx(quiet["cpt50"] + cheap_share)
+    assert explored["cpt80"] == pytest.approx(quiet["cpt80"] + cheap_share)

@@ -107,3 +107,25 @@ def test_reproduces_the_reported_mmlu_prior() -> None:
     )
     prior = next(r.report for r in table if r.report.name == "per-task prior")
     assert prior.apgr == pytest.approx(0.6775, abs=0.001)
+
+
+def test_no_module_imports_pyplot() -> None:
+    """pyplot selects a process-wide backend and keeps a global figure registry: every plot in the project
+    draws on a bare Figure instead (the assertion above holds only while no other module imports it)."""
+    import ast
+
+    root = Path(__file__).resolve().parents[3]
+    offenders = []
+    for top in ("eval", "gateway", "router", "pools", "ratelimit", "cache", "scripts"):
+        for path in (root / top).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                names = (
+                    [a.name for a in node.names]
+                    if isinstance(node, ast.Import)
+                    else [f"{node.module}.{a.name}" for a in node.names]
+                    if isinstance(node, ast.ImportFrom) and node.module
+                    else []
+                )
+                if any(n.startswith("matplotlib.pyplot") for n in names):
+                    offenders.append(str(path.relative_to(root)))
+    assert offenders == []

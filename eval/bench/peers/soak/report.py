@@ -11,13 +11,12 @@ from eval.bench.peers.soak.figures import CONCURRENCY, RSS_TARGET_MB
 def plot(report: dict[str, Any], path: Path) -> bool:
     """RSS (and USS) over time and over requests; False when matplotlib is not installed."""
     try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        # A bare Figure on the Agg canvas: no pyplot, so no backend is selected for the whole process.
+        from matplotlib.figure import Figure
     except ImportError:
         return False
-    fig, (by_t, by_req) = plt.subplots(1, 2, figsize=(12, 4.5))
+    fig = Figure(figsize=(12, 4.5))
+    by_t, by_req = fig.subplots(1, 2)
     for name, side in report["sides"].items():
         samples = side["samples"]
         t = [s["t_s"] / 60 for s in samples]
@@ -36,8 +35,7 @@ def plot(report: dict[str, Any], path: Path) -> bool:
     by_t.legend(fontsize=8)
     fig.suptitle(f"gateway memory at concurrency {CONCURRENCY} (unary/stream alternating)")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    fig.savefig(path, format="png", dpi=110)
     return True
 
 

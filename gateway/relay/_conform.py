@@ -1,0 +1,116 @@
+"""Stage 7, call: the output-conformance policy of a direct alias (gateway/guardrails/conformance.py).
+
+`Conform.unary` judges a unary answer: a conforming one goes out as it came; a violation is counted and
+then let through (`pass`), answered with 502 `output_schema_violation` (`error`), or retried once on
+the same pool (`retry_once`; the retry's answer goes out if it conforms, else the 502). Both calls'
+tokens are charged. `Conform.buffered` serves a stream under `retry_once`: the pool is called unary
+(the answer must be whole before it can be judged, and a retry must not follow half a stream), then
+the accepted answer is replayed as SSE, as a buffered cascade does. Streams under `pass` and `error`
+are relayed live and judged at their end (gateway/relay/_stream.py with `StreamCheck`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from gateway.budget.usage import checked
+from gateway.edge.exchange import SSE_HEADERS, Send
+from gateway.errors import OutputSchemaError, UpstreamError
+from gateway.guardrails.conformance import Check, StreamCheck, answers_conform
+from gateway.observability.metrics import Metrics
+from gateway.relay._admit import Admit
+from gateway.relay._context import RequestContext
+from gateway.routing.aliases import call_body, sse_of
+from gateway.routing.route import Route
+from gateway.upstream.calls import CallSpec, PoolCalls
+
+_VIOLATION = "the model's answer does not conform to the request's response_format JSON schema"
+
+
+class Conform:
+    def __init__(self, calls: PoolCalls, admit: Admit, metrics: Metrics) -> None:
+        self._calls = calls
+        self._admit = admit
+        self._events = metrics.guardrail_events
+
+    def count(self, ctx: RequestContext, action: str) -> None:
+        """One json_schema event: counted, and named in the request log (never the answer's text)."""
+        self._events.labels("json_schema", action).inc()
+        if ctx.notes is not None:
+            entry = {"guardrail": "json_schema", "action": action, "where": "response"}
+            ctx.notes.setdefault("guardrails", []).append(entry)
+
+    def failure(self, ctx: RequestContext) -> OutputSchemaError:
+        self.count(ctx, "failed")
+        return OutputSchemaError(_VIOLATION + " (the gateway's json_schema guardrail)")
+
+    def stream_check(self, ctx: RequestContext, check: Check) -> StreamCheck:
+        """A live stream's end-of-stream judge (`error`: a final error event; `pass`: counted only)."""
+        fails = ctx.guard is not None and ctx.guard.json_schema == "error"
+        return StreamCheck(check, OutputSchemaError(_VIOLATION).body() if fails else None)
+
+    def streamed(self, ctx: RequestContext, check: StreamCheck) -> None:
+        """Count a live stream's verdict once it ended."""
+        if check.violated:
+            self.count(ctx, "failed" if check.fails else "passed")
+
+    async def unary(
+        self, ctx: RequestContext, route: Route, call: CallSpec, parsed: dict[str, Any]
+    ) -> tuple[bytes, dict[str, Any]] | None:
+        """None: `parsed` may go out as the pool sent it. Else the retry's (bytes, body) to send instead;
+        raises the 502 when the policy says so."""
+        check, guard = ctx.schema, ctx.guard
+        if check is None or guard is None or answers_conform(parsed, check):
+            return None
+        if guard.json_schema == "pass":
+            self.count(ctx, "passed")
+            return None
+        if guard.json_schema != "retry_once":
+            raise self.failure(ctx)
+        self.count(ctx, "retried")
+        first = checked(parsed.get("usage"), ctx.reserved_in, ctx.granted_out)
+        data = await self._calls.unary(route.pool, call)
+        retry = _parsed(data, route)
+        ctx.record(retry.get("usage"))
+        ctx.usage_in += first[0]  # the first call's tokens were spent too
+        ctx.usage_out += first[1]
+        if not answers_conform(retry, check):
+            raise self.failure(ctx)
+        return data, retry
+
+    async def buffered(self, ctx: RequestContext, route: Route, call: CallSpec, send: Send) -> None:
+        """A stream under `retry_once`: judged whole, replayed as SSE."""
+        prep = ctx.prep
+        assert prep is not None
+        payload = call_body(prep.body, str(prep.body.get("model")), False)
+        unary = CallSpec(call.kind, payload, call.headers, call.key, call.priority, adapter=call.adapter)
+        data = await self._calls.unary(route.pool, unary)
+        ticket = await self._admit.granted(ctx)
+        parsed = _parsed(data, route)
+        ctx.record(parsed.get("usage"))
+        retried = await self.unary(ctx, route, unary, parsed)
+        if retried is not None:
+            parsed = retried[1]
+        usage = {"prompt_tokens": ctx.usage_in, "completion_tokens": ctx.usage_out}
+        usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+        route.count_usage(ctx.usage_in, ctx.usage_out)
+        body = sse_of(parsed, usage if prep.client_usage else None)
+        if ctx.capture is not None:
+            ctx.capture.append(body)
+        ctx.done()
+        head = [*SSE_HEADERS, (b"x-request-id", ctx.rid), *ticket.headers]
+        await send({"type": "http.response.start", "status": 200, "headers": head})
+        await send({"type": "http.response.body", "body": body, "more_body": False})
+        ctx.status = 200
+
+
+def _parsed(data: bytes, route: Route) -> dict[str, Any]:
+    try:
+        parsed = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        parsed = None
+    if not isinstance(parsed, dict):
+        raise UpstreamError(f"pool '{route.pool.config.name}' returned a malformed response")
+    return parsed

@@ -1,0 +1,97 @@
+"""Loading a LoRA adapter on a replica on demand (`/v1/load_lora_adapter`), once per replica.
+
+A pool with `lora.runtime_loading` starts its replicas without the adapters; the first request for an
+adapter that its picked replica does not serve loads it there first. Concurrent first requests share
+one load (one future per replica and adapter); vLLM's "has already been loaded" (another gateway
+replica was faster, or the engine started with it) counts as success. The gateway never unloads:
+vLLM's LRU decides which adapters sit in its `--max-loras` slots. A failed load is a 502 naming the
+adapter (the replica is not blamed: its breaker sees nothing).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+import orjson
+
+from gateway.config_lora import Adapter
+from gateway.errors import UpstreamError
+from gateway.observability.adapter_metrics import AdapterMetrics
+from gateway.upstream.failures import LOG_TEXT_MAX
+from gateway.upstream.pool_client import PoolClient
+from pools.replica import Replica
+
+__all__ = ["AdapterLoader", "Post"]
+
+log = logging.getLogger(__name__)
+
+# (url, JSON body, headers, timeout s) -> (status, body); raises OSError/TimeoutError when unreachable.
+Post = Callable[[str, bytes, dict[str, str], float], Awaitable[tuple[int, bytes]]]
+_ALREADY = b"has already been loaded"
+
+
+class AdapterLoader:
+    def __init__(self, post: Post, metrics: AdapterMetrics | None) -> None:
+        self._post = post
+        self._metrics = metrics
+        self._loading: dict[tuple[int, str], asyncio.Future[None]] = {}
+
+    async def ensure(self, pool: PoolClient, replica: Replica, adapter: Adapter) -> None:
+        """Return once `replica` serves `adapter` (loading it if the pool loads at run time)."""
+        lora, state = pool.config.lora, replica.adapters
+        if lora is None or not lora.runtime_loading or state is None or adapter.name in state.registered:
+            return
+        key = (id(replica), adapter.name)
+        pending = self._loading.get(key)
+        if pending is None:
+            pending = asyncio.get_running_loop().create_future()
+            self._loading[key] = pending
+            try:
+                await self._load(pool, replica, adapter)
+            except BaseException as exc:
+                # Every waiter sees the same failure; a cancelled loader hands them a retryable 502.
+                failed = exc if isinstance(exc, UpstreamError) else _failed(pool, adapter, "cancelled")
+                pending.set_exception(failed)
+                pending.exception()  # retrieved: no "never retrieved" warning when nobody waits
+                raise
+            else:
+                pending.set_result(None)
+            finally:
+                del self._loading[key]
+            return
+        await asyncio.shield(pending)
+
+    async def _load(self, pool: PoolClient, replica: Replica, adapter: Adapter) -> None:
+        cfg = pool.config
+        assert cfg.lora is not None and replica.adapters is not None
+        body = orjson.dumps({"lora_name": adapter.name, "lora_path": adapter.source})
+        try:
+            status, text = await self._post(
+                replica.url("/v1/load_lora_adapter"), body, pool.headers, cfg.lora.load_timeout_s
+            )
+        except (OSError, TimeoutError) as exc:
+            self._count(cfg.name, adapter.name, "failed")
+            log.warning("pool %r: loading %r on %s failed: %r", cfg.name, adapter.name, replica.base, exc)
+            raise _failed(pool, adapter, "the replica did not answer") from None
+        if status == 200 or (status == 400 and _ALREADY in text):
+            self._count(cfg.name, adapter.name, "loaded" if status == 200 else "already_loaded")
+            replica.adapters.loaded(adapter.name, asyncio.get_running_loop().time())
+            return
+        self._count(cfg.name, adapter.name, "failed")
+        detail = text[:LOG_TEXT_MAX].decode("utf-8", "replace")
+        where = (cfg.name, adapter.name, replica.base)
+        log.warning("pool %r: loading %r on %s: HTTP %d %s", *where, status, detail)
+        raise _failed(pool, adapter, f"HTTP {status}")
+
+    def _count(self, pool: str, adapter: str, outcome: str) -> None:
+        if self._metrics is not None:
+            self._metrics.loads.labels(pool, adapter, outcome).inc()
+
+
+def _failed(pool: PoolClient, adapter: Adapter, why: str) -> UpstreamError:
+    return UpstreamError(
+        f"pool '{pool.config.name}' could not load the adapter '{adapter.name}' ({why})",
+        code="adapter_load_failed",
+    )
