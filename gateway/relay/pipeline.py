@@ -19,6 +19,7 @@ injection and Response objects cost more than the relay itself.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from time import perf_counter
@@ -47,6 +48,7 @@ from gateway.edge.exchange import (
 from gateway.errors import (
     AuthenticationError,
     GatewayError,
+    InternalError,
     InvalidRequestError,
     ModelNotFoundError,
     PermissionDeniedError,
@@ -82,6 +84,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Relay", "RelayParts"]
 
+_log = logging.getLogger("llmgw.relay")
 # Held requests (pool admission) are served by tier priority, then in arrival order.
 _PRIORITY = {"premium": 1, "standard": 0}
 
@@ -160,6 +163,11 @@ class Relay:
         except asyncio.CancelledError:
             if not await self._cancelled(ctx, send):
                 raise  # shutdown or an outer timeout: not ours to swallow
+        except Exception:  # a bug of ours: logged with its traceback, answered in the API's error shape
+            ctx.status = 500
+            ctx.done()
+            _log.exception("request %s failed", ctx.rid.decode(errors="replace"))
+            await _answer_bug(send, ctx.rid)
         finally:
             self._running -= 1
             self._end(ctx)
@@ -381,3 +389,12 @@ class Relay:
         ctx.e2e = perf_counter() - ctx.t0
         self._metrics.finished(ctx.model, ctx.pool, ctx.endpoint.value, ctx.status, ctx.stream, ctx.e2e)
         self.observer.finish(ctx)
+
+
+async def _answer_bug(send: Send, rid: bytes) -> None:
+    """An OpenAI-shaped 500 (a dialect's `send` translates it) instead of uvicorn's plain-text one.
+    After the response started there is nothing to answer with: the server closes the connection."""
+    try:
+        await send_error(send, InternalError("the gateway failed to serve this request"), rid)
+    except RuntimeError:  # uvicorn: the response head was already sent
+        pass
