@@ -75,6 +75,8 @@ class DialectSend:
             await self._unary()
 
     async def _start(self, message: Message) -> None:
+        if self._stream is not None:  # as uvicorn says it: a stream's head went out already
+            raise RuntimeError("the response already started")
         status = message["status"]
         headers = message.get("headers", [])
         sse = any(k == b"content-type" and v.startswith(b"text/event-stream") for k, v in headers)

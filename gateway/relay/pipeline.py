@@ -48,7 +48,6 @@ from gateway.edge.exchange import (
 from gateway.errors import (
     AuthenticationError,
     GatewayError,
-    InternalError,
     InvalidRequestError,
     ModelNotFoundError,
     PermissionDeniedError,
@@ -64,6 +63,7 @@ from gateway.relay._body import read_body
 from gateway.relay._cached import CacheStage
 from gateway.relay._conform import Conform
 from gateway.relay._context import RequestContext
+from gateway.relay._failure import answer_bug
 from gateway.relay._stream import StreamCall
 from gateway.relay._unary import UnaryCall
 from gateway.relay.normalize import alias_of, input_size, parse_body, prepare
@@ -167,7 +167,7 @@ class Relay:
             ctx.status = 500
             ctx.done()
             _log.exception("request %s failed", ctx.rid.decode(errors="replace"))
-            await _answer_bug(send, ctx.rid)
+            await answer_bug(send, ctx)
         finally:
             self._running -= 1
             self._end(ctx)
@@ -389,12 +389,3 @@ class Relay:
         ctx.e2e = perf_counter() - ctx.t0
         self._metrics.finished(ctx.model, ctx.pool, ctx.endpoint.value, ctx.status, ctx.stream, ctx.e2e)
         self.observer.finish(ctx)
-
-
-async def _answer_bug(send: Send, rid: bytes) -> None:
-    """An OpenAI-shaped 500 (a dialect's `send` translates it) instead of uvicorn's plain-text one.
-    After the response started there is nothing to answer with: the server closes the connection."""
-    try:
-        await send_error(send, InternalError("the gateway failed to serve this request"), rid)
-    except RuntimeError:  # uvicorn: the response head was already sent
-        pass
