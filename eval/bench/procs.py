@@ -26,6 +26,8 @@ import urllib.request
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+import httpx
+
 ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 30.0
 STOP_GRACE_S = 15.0
@@ -142,3 +144,9 @@ def redis_server() -> str:
 def redis_args(server: str, port: int) -> list[str]:
     """A throw-away Redis: loopback only, no persistence."""
     return [server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+
+
+async def metrics_pages(ports: Sequence[int]) -> list[str]:
+    """Each local replica's /metrics page, in port order."""
+    async with httpx.AsyncClient(timeout=5) as client:
+        return [(await client.get(f"http://127.0.0.1:{p}/metrics")).text for p in ports]

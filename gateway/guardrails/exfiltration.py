@@ -20,6 +20,7 @@ from __future__ import annotations
 import re
 from urllib.parse import unquote
 
+from gateway.guardrails._spans import replace_spans
 from gateway.observability.redact import SECRET_STEPS, scrub
 
 __all__ = ["find_exfiltration", "remove_exfiltration"]
@@ -72,14 +73,4 @@ def find_exfiltration(text: str) -> bool:
 
 
 def remove_exfiltration(text: str) -> str:
-    spans = _spans(text)
-    if not spans:
-        return text
-    out: list[str] = []
-    pos = 0
-    for s, e in spans:
-        out.append(text[pos:s])
-        out.append("[URL REMOVED]")
-        pos = e
-    out.append(text[pos:])
-    return "".join(out)
+    return replace_spans(text, _spans(text), "[URL REMOVED]")

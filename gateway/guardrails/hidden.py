@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import re
 
+from gateway.guardrails._spans import replace_spans
+
 __all__ = ["find_hidden", "strip_hidden"]
 
 _FLAG = re.compile("\U0001f3f4[\U000e0061-\U000e007a\U000e0030-\U000e0039]{2,8}\U000e007f")
@@ -49,13 +51,4 @@ def find_hidden(text: str) -> bool:
 
 
 def strip_hidden(text: str) -> str:
-    spans = _found(text)
-    if not spans:
-        return text
-    out: list[str] = []
-    pos = 0
-    for s, e in spans:
-        out.append(text[pos:s])
-        pos = e
-    out.append(text[pos:])
-    return "".join(out)
+    return replace_spans(text, _found(text))

@@ -17,12 +17,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 import yaml
 
 from eval.bench.lora.workload import Workload
 from eval.bench.pools._load import Result, run_load
-from eval.bench.procs import free_port, spawned
+from eval.bench.procs import free_port, metrics_pages, spawned
 
 MODEL = "bench-base"
 POOL = "base"
@@ -137,11 +136,6 @@ def _stack(
         yield f"http://127.0.0.1:{gw}/v1/chat/completions", ports
 
 
-async def _pages(ports: Sequence[int]) -> list[str]:
-    async with httpx.AsyncClient(timeout=5) as client:
-        return [(await client.get(f"http://127.0.0.1:{p}/metrics")).text for p in ports]
-
-
 def run_side(
     side: Side,
     wl: Workload,
@@ -154,11 +148,11 @@ def run_side(
     rate, duration, seed = load
     with _stack(side, adapters, reps, work) as (url, ports):
         time.sleep(1.0)  # a few scrapes of the replicas before the first request
-        before = asyncio.run(_pages(ports))
+        before = asyncio.run(metrics_pages(ports))
         t0 = time.monotonic()
         results = asyncio.run(run_load(url, wl.body, rate, duration, seed))
         seconds = time.monotonic() - t0
-        after = asyncio.run(_pages(ports))
+        after = asyncio.run(metrics_pages(ports))
     swaps = sum(metric_sum(b, SWAPS) - metric_sum(a, SWAPS) for a, b in zip(before, after, strict=True))
     done = [metric_sum(b, SUCCESS) - metric_sum(a, SUCCESS) for a, b in zip(before, after, strict=True)]
     return SideRun(side, results, swaps, done, seconds)

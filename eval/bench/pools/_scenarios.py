@@ -21,10 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from eval.bench.pools._load import Result, run_load
-from eval.bench.procs import free_port, spawned
+from eval.bench.procs import free_port, metrics_pages, spawned
 
 MODEL = "bench"
 
@@ -150,11 +148,6 @@ def _stack(sc: Scenario, strategy: str, work: Path) -> Iterator[tuple[str, list[
         yield f"http://127.0.0.1:{gw}/v1/chat/completions", ports
 
 
-async def _pages(ports: list[int]) -> list[str]:
-    async with httpx.AsyncClient(timeout=5) as client:
-        return [(await client.get(f"http://127.0.0.1:{p}/metrics")).text for p in ports]
-
-
 def _counters(pages: list[str]) -> tuple[list[float], float, float]:
     return (
         [_sum_metric(p, "vllm:request_success_total") for p in pages],
@@ -166,7 +159,7 @@ def _counters(pages: list[str]) -> tuple[list[float], float, float]:
 async def _measure(url: str, sc: Scenario, ports: list[int], warmup: float) -> tuple[list[Result], list[str]]:
     async def snapshot() -> list[str]:
         await asyncio.sleep(warmup)
-        return await _pages(ports)
+        return await metrics_pages(ports)
 
     snap = asyncio.create_task(snapshot())
     results = await run_load(url, sc.body, sc.rate, sc.duration)
@@ -177,7 +170,7 @@ def run(sc: Scenario, strategy: str, work: Path, warmup: float) -> RunResult:
     """One strategy on fresh replicas; counters and TTFTs after `warmup` seconds (caches warm)."""
     with _stack(sc, strategy, work) as (url, ports):
         results, before = asyncio.run(_measure(url, sc, ports, warmup))
-        after = asyncio.run(_pages(ports))
+        after = asyncio.run(metrics_pages(ports))
     (req0, q0, h0), (req1, q1, h1) = _counters(before), _counters(after)
     return RunResult(
         strategy=strategy,
