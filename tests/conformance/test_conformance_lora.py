@@ -105,13 +105,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LoraStack]:
     tmp = tmp_path_factory.mktemp("lora")
     with ExitStack() as es:
         ports = [free_port(), free_port()]
-        servers = []
-        for i, port in enumerate(ports):
-            server = vllm.spawn(port, tmp / f"vllm-{i}.log", cpu=i, extra_args=LORA_ARGS, extra_env=RUNTIME)
-            es.callback(lambda s=server: vllm.stop(s))
-            servers.append(server)
-        for server in servers:
-            vllm.wait_ready(server)
+        servers = vllm.started(es, tmp, [LORA_ARGS, LORA_ARGS], ports=ports, extra_env=RUNTIME)
         gw_port = free_port()
         policy = _policy(tmp / "policy.yaml", [s.url for s in servers])
         gateway = f"http://127.0.0.1:{gw_port}"

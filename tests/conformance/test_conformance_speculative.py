@@ -82,14 +82,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SpecStack]:
     vllm.model_or_skip()
     tmp = tmp_path_factory.mktemp("spec")
     with ExitStack() as es:
-        servers = []
-        for i, extra in enumerate((("--speculative-config", NGRAM), ())):
-            server = vllm.spawn(free_port(), tmp / f"vllm-{i}.log", cpu=i, extra_args=extra)
-            es.callback(vllm.stop, server)  # stopped whatever happens next
-            servers.append(server)
-        for server in servers:
-            vllm.wait_ready(server)
-        spec, plain = (s.url for s in servers)
+        spec, plain = (s.url for s in vllm.started(es, tmp, [("--speculative-config", NGRAM), ()]))
         gw_port = free_port()
         policy = _policy(tmp / "policy.yaml", spec, plain)
         gateway = f"http://127.0.0.1:{gw_port}"
