@@ -6,15 +6,16 @@ STAMP  := $(VENV)/.installed
 PORT   ?= 8080
 FUZZ_EXAMPLES ?= 200
 
-.PHONY: install run test check lint typecheck unit integration e2e conformance vllm tiny-model fuzz bench-overhead bench-observe bench-pools router-encoder bench-router k8s-tools helm-check redis-stack bench-cache semantic-threshold peers-tools bench-peers bench-knee bench-capacity bench-soak bench-spec bench-lora clean
+.PHONY: install run test check lint typecheck unit integration e2e conformance vllm tiny-model fuzz bench-overhead bench-observe bench-pools router-encoder bench-router k8s-tools helm-check redis-stack bench-cache semantic-threshold peers-tools bench-peers bench-knee bench-capacity bench-soak bench-spec bench-lora lock clean
 
-$(STAMP): pyproject.toml eval/routing/export_encoder.py eval/routing/encoder_delta.py eval/routing/deltas/minilm-l3-gain.npz
+$(STAMP): pyproject.toml constraints/gateway.txt eval/routing/export_encoder.py eval/routing/encoder_delta.py eval/routing/deltas/minilm-l3-gain.npz
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) on PATH"; exit 1; }
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	@# torch first, pinned: the local CPU wheel (shared/tooling.md); unpinned, router-build would pull CUDA.
-	$(BIN)/python -m pip install --quiet torch==2.13.0
-	$(BIN)/python -m pip install --quiet -e '.[dev,router-build]'
+	$(BIN)/python -m pip install --quiet -c constraints/gateway.txt torch==2.13.0
+	@# The constraints are the versions CI last passed with: a new release upstream cannot break a fresh install.
+	$(BIN)/python -m pip install --quiet -c constraints/gateway.txt -e '.[dev,router-build]'
 	HF_HUB_OFFLINE=1 $(BIN)/python -m eval.routing.export_encoder
 	@touch $@
 
@@ -167,6 +168,15 @@ helm-check: $(STAMP) k8s-tools
 	$(BIN)/mypy --strict --explicit-package-bases tests/chart tests/support/chart.py scripts/k8s_validate.py \
 		helm/llm-gateway/files/tests/smoke.py
 	SHARED_DIR=$(CURDIR)/../shared VENV=$(VENV) scripts/helm-check
+
+## lock: write the installed versions (.venv, .tools/vllm) to constraints/, after upgrading and re-testing
+lock:
+	@{ echo "# The versions the gateway's tests last passed with (pip freeze of .venv; torch without its +cpu local tag)."; \
+	  echo "# make install resolves against it, so a fresh machine gets what CI tested. Refresh: make lock."; \
+	  $(BIN)/python -m pip freeze --exclude-editable | sed 's/^torch==\([0-9.]*\)+cpu$$/torch==\1/'; } > constraints/gateway.txt
+	@{ echo "# The versions of the real vLLM's venv (.tools/vllm) the conformance suite last passed with. Refresh: make lock."; \
+	  .tools/vllm/bin/python -m pip freeze --exclude-editable | sed 's/^torch==\([0-9.]*\)+cpu$$/torch==\1/'; } > constraints/vllm.txt
+	@wc -l constraints/*.txt
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache bench-results .run
