@@ -18,13 +18,13 @@ from prometheus_client.registry import Collector
 
 from gateway.config import Policy
 from gateway.edge.exchange import Exchange
+from gateway.observability._buckets import TTFT_BUCKETS
 from pools.lora import PLACEMENTS
 from pools.pool import ReplicaPool
 
 __all__ = ["LOAD_OUTCOMES", "AdapterCollector", "AdapterMetrics"]
 
 LOAD_OUTCOMES = ("loaded", "already_loaded", "failed")
-_TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.45, 0.6, 0.8, 1, 1.5, 2, 3, 5, 7.5, 10, 20, 40, 80)
 
 
 class AdapterMetrics:
@@ -45,7 +45,7 @@ class AdapterMetrics:
             "llmgw_adapter_ttft_seconds",
             "Time to first token of a LoRA adapter's streams",
             ["pool", "adapter"],
-            buckets=_TTFT_BUCKETS,
+            buckets=TTFT_BUCKETS,
             registry=registry,
         )
         self.loads = Counter(
