@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from gateway.config_lora import Lora
 from pools.config import Admission, Balancing, Breaker, Endpoints, Retries, Saturation
+from pools.spec_decode import DEFAULT_WINDOW_S
 from ratelimit.model import OnBackendError
 from router.config import Price
 
@@ -69,7 +70,9 @@ class Speculative(_Frozen):
         {}, description="other SpeculativeConfig keys, passed to the engine as given"
     )
     acceptance_window_s: float = Field(
-        60.0, gt=0, description="gateway: window of the exported acceptance figures (counter increases)"
+        DEFAULT_WINDOW_S,
+        gt=0,
+        description="gateway: window of the exported acceptance figures (counter increases)",
     )
 
     @model_validator(mode="after")

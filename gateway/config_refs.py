@@ -31,6 +31,7 @@ def references(policy: Policy) -> list[tuple[tuple[str | int, ...], str]]:
         if p.name == CACHE_POOL:
             problems.append((("pools", i, "name"), f"'{CACHE_POOL}' is reserved (cache hits' pool label)"))
         pool_names.add(p.name)
+    by_name = {p.name: p for p in policy.pools}
     model_names: set[str] = set()
     tiers = set(policy.limits.tiers)
     for i, m in enumerate(policy.models):
@@ -52,7 +53,6 @@ def references(policy: Policy) -> list[tuple[tuple[str | int, ...], str]]:
                         f"unknown pool '{tier.pool}' (pools: {sorted(pool_names)})",
                     )
                 )
-        by_name = {p.name: p for p in policy.pools}
         problems += speculative_problems(i, m.route, by_name) + lora_problems(i, m.route, by_name)
         x = m.route.policy.explore if m.route.policy is not None else None
         if x is not None and x.tier not in tiers:  # exploration is charged to a tenancy tier's limits

@@ -1,6 +1,6 @@
 """Drift between two pools serving the same weights: a pure comparison of two greedy trajectories.
 
-Both `llmgw drift` (eval/drift) and the gateway's background canary (gateway/observability) call
+Both `llmgw drift` (eval/drift) and the gateway's background canary (gateway/upstream/drift_canary.py) call
 `compare` and `summarize`; it lives in `pools` because both may import it (design §2: nothing imports
 `eval`, and `pools` never imports `gateway`) and because agreement between pools is a property of the
 pools, like their load. Parsing an OpenAI answer into a `Trajectory` is in `pools.drift_answer`.

@@ -25,7 +25,7 @@ from pools.config import Breaker as BreakerConfig
 from pools.lora import PLACEMENTS, Adapters, LoraPicking
 from pools.picker import REASONS, Pick, pick, pick_adapter
 from pools.replica import Replica, salt_of
-from pools.spec_decode import SpecFigures, pool_figures
+from pools.spec_decode import DEFAULT_WINDOW_S, SpecFigures, pool_figures
 from pools.tpot_curve import pool_curve
 
 
@@ -67,7 +67,7 @@ class ReplicaPool:
         admission: Admission,
         clock: Callable[[], float] = time.monotonic,
         rand: random.Random | None = None,
-        spec_window_s: float = 60.0,
+        spec_window_s: float = DEFAULT_WINDOW_S,
         lora: LoraPicking | None = None,
     ) -> None:
         self.name = name
@@ -131,25 +131,24 @@ class ReplicaPool:
     ) -> Replica | None:
         now = self._clock()
         lora = self.lora
-        if adapter is not None and lora is not None:
-            if lora.affinity:
-                placed = pick_adapter(
-                    self.replicas,
-                    self.balancing,
-                    self.saturation,
-                    now,
-                    adapter=adapter,
-                    adapter_key=salt_of(adapter),
-                    lora=lora,
-                    exclude=exclude,
-                )
-                if placed is None:
-                    return None
-                self.stats.placements[placed[1]] += 1
-                return self._commit(placed[0], now, adapter)
-            # Without affinity the adapter is only recorded (what may be in a slot, for loading).
-            return self._commit_any(key, exclude, now, adapter)
-        return self._commit_any(key, exclude, now, None)
+        if adapter is not None and lora is not None and lora.affinity:
+            placed = pick_adapter(
+                self.replicas,
+                self.balancing,
+                self.saturation,
+                now,
+                adapter=adapter,
+                adapter_key=salt_of(adapter),
+                lora=lora,
+                exclude=exclude,
+            )
+            if placed is None:
+                return None
+            self.stats.placements[placed[1]] += 1
+            return self._commit(placed[0], now, adapter)
+        # Without affinity the adapter is only recorded (what may be in a slot, for loading); a pool
+        # without LoRA has no adapter state to record it in (`_commit`).
+        return self._commit_any(key, exclude, now, adapter)
 
     def _commit_any(
         self, key: int | None, exclude: Collection[Replica], now: float, adapter: str | None

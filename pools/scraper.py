@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable, Sequence
 import httpx
 
 from pools.replica import Replica
+from pools.spec_decode import DEFAULT_WINDOW_S
 from pools.vllm_metrics import parse_load
 
 # (base URL, path, timeout s) -> the body of a 200 answer, or None for any failure or other status.
@@ -47,7 +48,7 @@ class Scraper:
         interval_s: float,
         clock: Callable[[], float] = time.monotonic,
         path: str = "/metrics",
-        spec_window_s: float = 60.0,
+        spec_window_s: float = DEFAULT_WINDOW_S,
     ) -> None:
         self._replicas = replicas
         self._fetch = fetch

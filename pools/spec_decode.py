@@ -10,7 +10,7 @@ shared/reference/vllm.md): `vllm:spec_decode_num_drafts_total` (draft rounds),
     mean acceptance length = 1 + Δaccepted / Δdrafts            (tokens per verification step, bonus incl.)
     position i acceptance  = Δaccepted_at_pos[i] / Δdrafts       (how deep drafts survive)
 
-Each replica keeps a short `SpecHistory` of scraped samples; `window_increase` turns it into the
+Each replica keeps a short `SpecHistory` of scraped samples; `SpecHistory.increase` turns it into the
 increase over `window_s` (a counter that went down is a restarted replica: its new value is the
 increase since the restart, as Prometheus treats resets). A pool's figures sum its replicas'
 increases before dividing, so a busy replica weighs more than an idle one.
@@ -18,15 +18,18 @@ increases before dividing, so a busy replica weighs more than an idle one.
 
 from __future__ import annotations
 
+import bisect
+import itertools
+import math
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+DEFAULT_WINDOW_S = 60.0  # the acceptance window when the policy says none (speculative.acceptance_window_s)
 DRAFTS = "vllm:spec_decode_num_drafts_total"
 DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
 ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
 ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
-NAMES = (DRAFTS, DRAFT_TOKENS, ACCEPTED, ACCEPTED_PER_POS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +66,17 @@ class SpecCounters:
             tuple(x + y for x, y in zip(a, b, strict=True)),
         )
 
+    def minus(self, earlier: SpecCounters, positions: int) -> SpecCounters:
+        """Plain difference of two running totals (no reset logic: `since` applied it), with the
+        first `positions` per-position counters."""
+        olds = earlier.per_position + (0.0,) * max(0, positions - len(earlier.per_position))
+        return SpecCounters(
+            self.drafts - earlier.drafts,
+            self.draft_tokens - earlier.draft_tokens,
+            self.accepted - earlier.accepted,
+            tuple(n - o for n, o in zip(self.per_position[:positions], olds, strict=False)),
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class SpecFigures:
@@ -90,33 +104,19 @@ def figures(increase: SpecCounters) -> SpecFigures | None:
 def window_increase(
     samples: Iterable[tuple[float, SpecCounters]], now: float, window_s: float
 ) -> SpecCounters | None:
-    """The increase over the last `window_s` seconds of time-ordered (at, cumulative) samples.
-
-    The baseline is the newest sample at or before the window's start (so the increase covers the
-    whole window, not just the samples inside it), else the oldest one; None with fewer than two
-    samples usable. Consecutive pairs are summed so a reset in the middle is counted right."""
-    start = now - window_s
-    usable: list[SpecCounters] = []
+    """The increase over the last `window_s` seconds of time-ordered (at, cumulative) samples
+    (`SpecHistory.increase`; this keeps them all)."""
+    h = SpecHistory()
     for at, counters in samples:
-        if at > now:
-            break
-        if at <= start:
-            usable = [counters]  # a newer baseline before the window start
-        else:
-            usable.append(counters)
-    if len(usable) < 2:
-        return None
-    total = SpecCounters()
-    for older, newer in zip(usable, usable[1:], strict=False):
-        total = total.plus(newer.since(older))
-    return total
+        h.add(at, counters, math.inf)
+    return h.increase(now, window_s)
 
 
 def pool_figures(histories: Iterable[SpecHistory], now: float, window_s: float) -> SpecFigures | None:
     """A pool's figures: its replicas' increases summed, then divided."""
     total: SpecCounters | None = None
     for h in histories:
-        inc = window_increase(h.samples, now, window_s)
+        inc = h.increase(now, window_s)
         if inc is not None:
             total = inc if total is None else total.plus(inc)
     return None if total is None else figures(total)
@@ -124,15 +124,44 @@ def pool_figures(histories: Iterable[SpecHistory], now: float, window_s: float) 
 
 @dataclass(slots=True)
 class SpecHistory:
-    """A replica's scraped spec-decode samples, oldest first, trimmed to what a window can still use."""
+    """A replica's scraped spec-decode samples, oldest first, trimmed to what a window can still use.
+
+    Beside each sample it keeps the running total of the increases up to it (reset-aware, `since`), so
+    the increase over a window is one subtraction of two totals: this is read per request."""
 
     samples: deque[tuple[float, SpecCounters]] = field(default_factory=deque)
+    _totals: deque[SpecCounters] = field(default_factory=deque)
+    _widths: deque[int] = field(default_factory=deque)  # positions each sample reports
 
     def add(self, at: float, counters: SpecCounters, keep_s: float) -> None:
-        self.samples.append((at, counters))
-        # Keep one sample at or before (at - keep_s): the baseline `window_increase` needs.
-        while len(self.samples) >= 2 and self.samples[1][0] <= at - keep_s:
-            self.samples.popleft()
+        samples, totals, widths = self.samples, self._totals, self._widths
+        totals.append(totals[-1].plus(counters.since(samples[-1][1])) if samples else SpecCounters())
+        samples.append((at, counters))
+        widths.append(len(counters.per_position))
+        # Keep one sample at or before (at - keep_s): the baseline `increase` needs.
+        while len(samples) >= 2 and samples[1][0] <= at - keep_s:
+            samples.popleft()
+            totals.popleft()
+            widths.popleft()
+
+    def increase(self, now: float, window_s: float) -> SpecCounters | None:
+        """The increase over the last `window_s` seconds before `now`.
+
+        The baseline is the newest sample at or before the window's start (so the increase covers the
+        whole window, not just the samples inside it), else the oldest one; samples after `now` are
+        not used; None with fewer than two samples usable. A reset in the middle is counted right."""
+        samples = self.samples
+        last = bisect.bisect_right(samples, now, key=_at) - 1
+        base = max(0, bisect.bisect_right(samples, now - window_s, key=_at, hi=last + 1) - 1)
+        if last - base < 1:
+            return None
+        # As many positions as the window's samples report (an older, longer sample adds none).
+        positions = max(itertools.islice(self._widths, base + 1, last + 1))
+        return self._totals[last].minus(self._totals[base], positions)
+
+
+def _at(sample: tuple[float, SpecCounters]) -> float:
+    return sample[0]
 
 
 def parse_line(name: str, labels: str, value: float, into: dict[str, float], pos: dict[int, float]) -> None:

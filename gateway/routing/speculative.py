@@ -13,14 +13,14 @@ point in effect is the gauge `llmgw_spec_route_switch_batch{model}` (docs/design
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from gateway.config import Model, SloClass
 from gateway.config_route import SpeculativeRoute
 from gateway.routing.route import Route
-from pools.picker import saturated
+from pools.picker import eligible
 from pools.pool import ReplicaPool
 from pools.tpot_curve import expected_tpot
 from router.speculative import SpecRule, SpecSnapshot, Why, choose_pool, learned_switch_point
@@ -59,24 +59,27 @@ def batch_of(pool: ReplicaPool, now: float) -> float:
     return sum(per) / len(per)
 
 
-def snapshot(pool: ReplicaPool, plain: ReplicaPool, now: float, cfg: SpeculativeRoute) -> SpecSnapshot:
-    """What the rule needs to know: the speculative pool's state (and, learning, both pools' curves)."""
-    stale = pool.balancing.stale_after_s
-    usable = [
-        r for r in pool.replicas if r.breaker.allows(now) and not saturated(r, pool.saturation, now, stale)
-    ]
+Curves = tuple[Mapping[int, float], Mapping[int, float]]  # TPOT by batch bin: speculative, plain
+
+
+def snapshot(
+    pool: ReplicaPool, plain: ReplicaPool, now: float, cfg: SpeculativeRoute, curves: Curves | None = None
+) -> SpecSnapshot:
+    """What the rule needs to know: the speculative pool's state (and, learning, both pools' curves;
+    `curves` when the caller has them already)."""
     batch = batch_of(pool, now)
     figures = pool.spec_figures(now)
     # A handful of drafts says little: until the window holds enough, the floor does not apply.
     known = figures is not None and figures.increase.draft_tokens >= cfg.min_draft_tokens
     tpot = plain_tpot = None
     if cfg.learn:
-        tpot = expected_tpot(pool.tpot_curve(), batch)
-        plain_tpot = expected_tpot(plain.tpot_curve(), batch_of(plain, now))
+        spec_curve, plain_curve = curves or (pool.tpot_curve(), plain.tpot_curve())
+        tpot = expected_tpot(spec_curve, batch)
+        plain_tpot = expected_tpot(plain_curve, batch_of(plain, now))
     return SpecSnapshot(
         batch=batch,
         acceptance=figures.acceptance_ratio if known and figures is not None else None,
-        available=bool(usable),
+        available=bool(eligible(pool.replicas, pool.saturation, now, pool.balancing.stale_after_s, ())),
         tpot=tpot,
         plain_tpot=plain_tpot,
     )
@@ -110,14 +113,16 @@ class SpeculativeAlias:
 
     def switch_batch(self) -> float:
         """The switch point in effect: learned (with `learn`, once the curves cross) or configured."""
-        cfg = self.config
-        if cfg.learn:
-            learned = learned_switch_point(
-                self.speculative.pool.replicas.tpot_curve(), self.plain.pool.replicas.tpot_curve()
-            )
-            if learned is not None:
-                return learned
-        return cfg.switch_batch
+        return self._switch(self._curves())
+
+    def _curves(self) -> Curves | None:
+        if not self.config.learn:
+            return None
+        return self.speculative.pool.replicas.tpot_curve(), self.plain.pool.replicas.tpot_curve()
+
+    def _switch(self, curves: Curves | None) -> float:
+        learned = learned_switch_point(*curves) if curves is not None else None
+        return learned if learned is not None else self.config.switch_batch
 
     def choose(self, allowed: frozenset[str] = frozenset()) -> Route:
         """The route of this request; `allowed`: the pools the caller's key may use (empty: any)."""
@@ -127,10 +132,11 @@ class SpeculativeAlias:
             if self.plain.pool.config.name not in allowed:
                 return self.speculative
         cfg = self.config
+        curves = self._curves()  # once per request: the switch point and the snapshot both read them
         rule = SpecRule(
-            self.switch_batch(), cfg.min_acceptance, cfg.throughput_share, self._latency_sensitive
+            self._switch(curves), cfg.min_acceptance, cfg.throughput_share, self._latency_sensitive
         )
-        snap = snapshot(self.speculative.pool.replicas, self.plain.pool.replicas, self._clock(), cfg)
+        snap = snapshot(self.speculative.pool.replicas, self.plain.pool.replicas, self._clock(), cfg, curves)
         choice = choose_pool(snap, rule)
         self._counts[choice.why].inc()
         return self._route(choice.speculative)

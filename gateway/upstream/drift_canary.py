@@ -74,7 +74,7 @@ class DriftCanary:
                 summary = await self.check(pair)
             except asyncio.CancelledError:
                 raise
-            except (GatewayError, DriftAnswerError, ValueError, TimeoutError) as exc:
+            except (GatewayError, ValueError, TimeoutError) as exc:  # DriftAnswerError is a ValueError
                 self._gauges.failed(pair.a, pair.b)
                 _log.warning("drift check %s/%s failed: %s", pair.a, pair.b, exc)
                 continue

@@ -33,7 +33,7 @@ _ALREADY = b"has already been loaded"
 
 
 class AdapterLoader:
-    def __init__(self, post: Post, metrics: AdapterMetrics | None) -> None:
+    def __init__(self, post: Post, metrics: AdapterMetrics) -> None:
         self._post = post
         self._metrics = metrics
         self._loading: dict[tuple[int, str], asyncio.Future[None]] = {}
@@ -86,8 +86,7 @@ class AdapterLoader:
         raise _failed(pool, adapter, f"HTTP {status}")
 
     def _count(self, pool: str, adapter: str, outcome: str) -> None:
-        if self._metrics is not None:
-            self._metrics.loads.labels(pool, adapter, outcome).inc()
+        self._metrics.loads.labels(pool, adapter, outcome).inc()
 
 
 def _failed(pool: PoolClient, adapter: Adapter, why: str) -> UpstreamError:

@@ -30,6 +30,7 @@ from pools.lora import LoraPicking
 from pools.pool import ReplicaPool
 from pools.runtime import PoolRuntime
 from pools.scraper import Fetch, httpx_fetch
+from pools.spec_decode import DEFAULT_WINDOW_S
 
 
 def new_session(pool_size: int, keepalive_s: float = IDLE_S) -> aiohttp.ClientSession:
@@ -96,7 +97,7 @@ class PoolClient:
             pool.admission,
             rand=rand,
             # An undeclared pool whose engine speculates anyway is measured over the default window.
-            spec_window_s=spec.acceptance_window_s if spec is not None else 60.0,
+            spec_window_s=spec.acceptance_window_s if spec is not None else DEFAULT_WINDOW_S,
             lora=_picking(lora) if lora is not None else None,
         )
         discovery: Discovery

@@ -6,7 +6,9 @@ shared/reference/vllm-cpu.md (51 drafts, 138 draft tokens, 96 accepted, position
 from __future__ import annotations
 
 import httpx
+import hypothesis.strategies as st
 import pytest
+from hypothesis import given
 from prometheus_client import CollectorRegistry, generate_latest
 
 from gateway.observability.spec_decode import SpecDecodeCollector
@@ -159,3 +161,47 @@ async def test_scraped_counters_become_the_exported_figures() -> None:
     # Past the window with no new drafts the figures go away rather than freeze.
     now[0] = 200.0
     assert "llmgw_pool_spec_acceptance_ratio{" not in generate_latest(registry).decode()
+
+
+def _pairwise_increase(
+    samples: list[tuple[float, SpecCounters]], now: float, window_s: float
+) -> SpecCounters | None:
+    """The definition, spelt out: baseline, then every consecutive pair's reset-aware increase summed."""
+    usable: list[SpecCounters] = []
+    for at, counters in samples:
+        if at > now:
+            break
+        usable = [counters] if at <= now - window_s else [*usable, counters]
+    if len(usable) < 2:
+        return None
+    total = SpecCounters()
+    for older, newer in zip(usable, usable[1:], strict=False):
+        total = total.plus(newer.since(older))
+    return total
+
+
+_counts = st.integers(0, 1000).map(float)
+
+
+@given(
+    steps=st.lists(
+        st.tuples(st.integers(1, 5), _counts, _counts, _counts, st.lists(_counts, max_size=4)), max_size=40
+    ),
+    keep_s=st.integers(1, 60),
+    window_s=st.integers(1, 60),
+    back=st.integers(0, 30),
+)
+def test_history_increase_is_the_pairwise_sum(
+    steps: list[tuple[int, float, float, float, list[float]]], keep_s: int, window_s: int, back: int
+) -> None:
+    # Random counters go down as often as up: resets everywhere, and the position count changes.
+    h, kept, at = SpecHistory(), [], 0.0
+    for dt, drafts, tokens, accepted, per in steps:
+        at += dt
+        c = SpecCounters(drafts, tokens, accepted, tuple(per))
+        h.add(at, c, keep_s)
+        kept.append((at, c))
+    now = at - back
+    if window_s <= keep_s:  # what the history keeps covers the window: it answers as if it kept all
+        assert h.increase(now + back, window_s) == _pairwise_increase(kept, now + back, window_s)
+    assert window_increase(kept, now, window_s) == _pairwise_increase(kept, now, window_s)
