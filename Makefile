@@ -140,7 +140,7 @@ bench-capacity: $(STAMP)
 ## bench-spec: TPOT and goodput vs load for a speculative + a plain pool: always, never, the switching rule
 ## (router.speculative) and least-load, on the simulator's engine (virtual clock; a report, ~5 s)
 bench-spec: $(STAMP)
-	PYTHONPATH=$(CURDIR) $(BIN)/python -m eval.bench.spec $(BENCH_ARGS)
+	$(BIN)/python -m eval.bench.spec $(BENCH_ARGS)
 
 ## bench-lora: LoRA adapter-aware picking vs round robin: 8 Zipf-popular adapters on 2 simulator replicas
 ## (max_loras 2, a swap cost): mean/P99 TTFT, swaps per 1,000 requests -> bench-results/lora/ (a report; ~6 min)

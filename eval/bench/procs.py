@@ -146,6 +146,15 @@ def redis_args(server: str, port: int) -> list[str]:
     return [server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
 
 
+def metric_sum(text: str, name: str) -> float:
+    """The sum of every sample of `name` on a Prometheus text page (all label sets)."""
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith((name + "{", name + " ")):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
 async def metrics_pages(ports: Sequence[int]) -> list[str]:
     """Each local replica's /metrics page, in port order."""
     async with httpx.AsyncClient(timeout=5) as client:

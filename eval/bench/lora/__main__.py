@@ -47,7 +47,7 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def check_policies(sides: tuple[Side, ...], adapters: dict[str, Path], reps: Replicas) -> str | None:
-    """Why the gateway refuses a side's policy (e.g. before its LoRA support lands), else None."""
+    """Why the gateway refuses a side's policy, else None."""
     from gateway.config import ConfigError, parse_policy
 
     for side in sides:

@@ -21,7 +21,7 @@ import yaml
 
 from eval.bench.lora.workload import Workload
 from eval.bench.pools._load import Result, run_load
-from eval.bench.procs import free_port, metrics_pages, spawned
+from eval.bench.procs import free_port, metric_sum, metrics_pages, spawned
 
 MODEL = "bench-base"
 POOL = "base"
@@ -86,15 +86,6 @@ def policy(side: Side, ports: Sequence[int], adapters: dict[str, Path], reps: Re
 
 def policy_yaml(doc: dict[str, Any]) -> str:
     return yaml.safe_dump(doc, sort_keys=False)
-
-
-def metric_sum(text: str, name: str) -> float:
-    """The sum of every sample of `name` on a Prometheus text page (all label sets)."""
-    total = 0.0
-    for line in text.splitlines():
-        if line.startswith((name + "{", name + " ")):
-            total += float(line.rsplit(" ", 1)[1])
-    return total
 
 
 @dataclass(frozen=True)

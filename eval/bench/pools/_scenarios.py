@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from eval.bench.pools._load import Result, run_load
-from eval.bench.procs import free_port, metrics_pages, spawned
+from eval.bench.procs import free_port, metric_sum, metrics_pages, spawned
 
 MODEL = "bench"
 
@@ -106,14 +106,6 @@ class RunResult:
     whole_run_hit_rate: float  # warm-up included, for reference
 
 
-def _sum_metric(text: str, name: str) -> float:
-    total = 0.0
-    for line in text.splitlines():
-        if line.startswith(name + "{") or line.startswith(name + " "):
-            total += float(line.rsplit(" ", 1)[1])
-    return total
-
-
 def _policy(ports: list[int], strategy: str) -> str:
     urls = ", ".join(f'"http://127.0.0.1:{p}"' for p in ports)
     return (
@@ -150,9 +142,9 @@ def _stack(sc: Scenario, strategy: str, work: Path) -> Iterator[tuple[str, list[
 
 def _counters(pages: list[str]) -> tuple[list[float], float, float]:
     return (
-        [_sum_metric(p, "vllm:request_success_total") for p in pages],
-        sum(_sum_metric(p, "vllm:prefix_cache_queries_total") for p in pages),
-        sum(_sum_metric(p, "vllm:prefix_cache_hits_total") for p in pages),
+        [metric_sum(p, "vllm:request_success_total") for p in pages],
+        sum(metric_sum(p, "vllm:prefix_cache_queries_total") for p in pages),
+        sum(metric_sum(p, "vllm:prefix_cache_hits_total") for p in pages),
     )
 
 
