@@ -78,3 +78,11 @@ class UsageFaults:
                 fault,
                 usage,
             )
+
+    def settle_answer(self, pool: str, parsed: dict[str, Any], reserved_in: int, granted_out: int) -> None:
+        """A parsed answer's usage `checked` (a fault counted) and replaced by what will be charged."""
+        usage = parsed.get("usage")
+        inp, out, fault = checked(usage, reserved_in, granted_out)
+        if fault is not None:
+            self.count(pool, fault, usage)
+        parsed["usage"] = {"prompt_tokens": inp, "completion_tokens": out, "total_tokens": inp + out}

@@ -20,7 +20,7 @@ from typing import Any
 import orjson
 
 from gateway.budget.admission import Ticket
-from gateway.budget.usage import UsageFaults, checked
+from gateway.budget.usage import UsageFaults
 from gateway.edge.exchange import JSON_HEADERS, SSE_HEADERS, Exchange, Kind, Send
 from gateway.errors import GatewayError, UpstreamError
 from gateway.guardrails.conformance import bind_schema
@@ -72,11 +72,7 @@ class CascadeRunner:
             self._metrics.upstream_errors.labels(pool.config.name, "malformed").inc()
             bad = UpstreamError(f"pool '{pool.config.name}' returned a malformed response")
             return Answer(call, error=bad.message), None, bad
-        usage = parsed.get("usage")
-        inp, out, fault = checked(usage, *share)
-        if fault is not None:
-            self._faults.count(pool.config.name, fault, usage)
-        parsed["usage"] = {"prompt_tokens": inp, "completion_tokens": out, "total_tokens": inp + out}
+        self._faults.settle_answer(pool.config.name, parsed, *share)
         price = d.alias.policy.tiers[call.tier].price
         return answer_of(call, parsed, price.cost if price is not None else None), parsed, None
 

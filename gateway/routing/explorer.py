@@ -27,6 +27,7 @@ from typing import Any
 import orjson
 
 from gateway.budget.admission import Admissions, Ticket
+from gateway.budget.usage import UsageFaults
 from gateway.edge.exchange import Kind
 from gateway.errors import GatewayError
 from gateway.observability.metrics import Metrics
@@ -62,6 +63,7 @@ class Delivery:
 class Explorer:
     def __init__(self, metrics: Metrics, calls: PoolCalls, admissions: Admissions) -> None:
         self._metrics = metrics
+        self._faults = UsageFaults(metrics)
         self._calls = calls
         self._admissions = admissions
         self._agreement = AgreementJudge()
@@ -189,6 +191,9 @@ class Explorer:
             parsed = orjson.loads(data)
             if not isinstance(parsed, dict):
                 raise ValueError("not a chat completion")
+            # The pool's usage, checked against the reservation like every other call's: a missing or
+            # insane count is charged as reserved, not as zero.
+            self._faults.settle_answer(pool.config.name, parsed, *estimate)
             price = d.alias.policy.tiers[tier].price
             answer = answer_of(Call(tier), parsed, price.cost if price is not None else None)
             inp, out = answer.input_tokens, answer.output_tokens

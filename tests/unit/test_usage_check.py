@@ -76,3 +76,24 @@ def test_faults_are_counted_per_pool_and_logged_once_a_minute(caplog: pytest.Log
     assert len(lines) == 2, lines  # a's second fault within the minute is counted, not logged
     assert "'a'" in lines[0] and "missing" in lines[0]
     assert "'b'" in lines[1] and "absurd" in lines[1]
+
+
+@pytest.mark.parametrize(
+    ("usage", "charged", "missing"),
+    [
+        ({"prompt_tokens": 7, "completion_tokens": 3}, (7, 3), 0),
+        (None, (RESERVED_IN, GRANTED_OUT), 1),  # no usage: charged as reserved (the explorer used 0)
+        ({"prompt_tokens": True, "completion_tokens": 3}, (RESERVED_IN, 3), 0),
+    ],
+)
+def test_an_answer_is_settled_on_checked_usage(usage: Any, charged: tuple[int, int], missing: int) -> None:
+    policy = Policy(
+        pools=[Pool(name="a", model="m", endpoints={"static": ["http://127.0.0.1:9"]})],
+        models=[Model(name="m", route=Route(pool="a"))],
+    )
+    metrics = Metrics(policy)
+    parsed: dict[str, Any] = {"choices": []} if usage is None else {"choices": [], "usage": usage}
+    UsageFaults(metrics).settle_answer("a", parsed, RESERVED_IN, GRANTED_OUT)
+    inp, out = charged
+    assert parsed["usage"] == {"prompt_tokens": inp, "completion_tokens": out, "total_tokens": inp + out}
+    assert metrics.usage_missing.labels("a")._value.get() == missing
