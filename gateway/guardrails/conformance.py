@@ -29,7 +29,7 @@ from jsonschema import exceptions as schema_errors
 from jsonschema import validators
 
 from gateway.errors import InvalidRequestError
-from gateway.upstream.sse import DONE, error_event
+from gateway.upstream.sse import DONE, complete_events, error_event, event_json
 from router.cascade import Cascade
 
 __all__ = ["Check", "StreamCheck", "answers_conform", "bind_schema", "schema_check"]
@@ -135,12 +135,12 @@ class StreamCheck:
         return self._failure is not None
 
     def feed(self, out: bytes) -> bytes:
-        data = self._partial + out
-        events = data.split(b"\n\n")
-        self._partial = events.pop()
+        # The relayed bytes keep the pool's framing (CRLF, CR or LF; `data:` with or without a space).
+        events, self._partial = complete_events(self._partial + out)
         for event in events:
-            if event.startswith(b"data: {"):
-                self._collect(event[6:])
+            parsed = event_json(event)
+            if parsed is not None:
+                self._collect(parsed)
         if not out.endswith(DONE):
             return out
         self.violated = not all(self._check("".join(parts)) for parts in self._texts.values())
@@ -148,13 +148,11 @@ class StreamCheck:
             return out[: -len(DONE)] + error_event(self._failure)
         return out
 
-    def _collect(self, raw: bytes) -> None:
-        try:
-            event = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            return
-        for choice in event.get("choices") or () if isinstance(event, dict) else ():
+    def _collect(self, event: dict[str, Any]) -> None:
+        choices = event.get("choices")
+        for choice in choices if isinstance(choices, list) else ():  # a pool's odd event is no choice
             delta = choice.get("delta") if isinstance(choice, dict) else None
             text = delta.get("content") if isinstance(delta, dict) else None
             if isinstance(text, str):
-                self._texts.setdefault(int(choice.get("index") or 0), []).append(text)
+                index = choice.get("index")
+                self._texts.setdefault(index if type(index) is int else 0, []).append(text)

@@ -91,7 +91,9 @@ def data_of(event: bytes) -> bytes | None:
     return None if values is None else b"\n".join(values)
 
 
-def _event_json(event: bytes) -> dict[str, Any] | None:
+def event_json(event: bytes) -> dict[str, Any] | None:
+    """An event's data as a JSON object (one `data:` line, with or without its space, or several
+    joined); None for anything else ([DONE], a comment, not JSON)."""
     line = event.strip()
     if line.startswith(b"data:") and b"\n" not in line and b"\r" not in line:
         data = line[5:]  # one data line (the usual): orjson skips the space
@@ -105,6 +107,14 @@ def _event_json(event: bytes) -> dict[str, Any] | None:
     except orjson.JSONDecodeError:
         return None
     return parsed if isinstance(parsed, dict) else None
+
+
+def complete_events(buf: bytes) -> tuple[list[bytes], bytes]:
+    """The complete events at the start of `buf` (any of SSE's line ends), and the unfinished rest."""
+    end = _last_boundary(buf, 0)
+    if end == -1:
+        return [], buf
+    return _BOUNDARY.split(buf[:end])[:-1], buf[end:]
 
 
 def _last_boundary(buf: bytes, start: int) -> int:

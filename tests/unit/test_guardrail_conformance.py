@@ -95,3 +95,26 @@ def test_schema_scorer_escalates_a_violation_and_accepts_the_last_tier() -> None
     # A request without a schema: the scorer accepts every answer (the cheap tier answers).
     unbound = bind_schema(cascade, {})
     assert isinstance(unbound.judge(plan, state, "weather?", [cheap]), Accept)
+
+
+@pytest.mark.parametrize("sep", [b"\r\n\r\n", b"\r\r", b"\n\n"])
+@pytest.mark.parametrize("space", [b" ", b""])
+def test_stream_check_reads_every_sse_framing(sep: bytes, space: bytes) -> None:
+    # A pool's framing is relayed as it came (gateway.upstream.sse): the check must read it all.
+    check = schema_check(_body())
+    assert check is not None
+    events = [{"choices": [{"index": 0, "delta": {"content": c}}]} for c in ('{"city": ', '"Oslo"}')]
+    raw = b"".join(b"data:" + space + orjson.dumps(e) + sep for e in events)
+    judge = StreamCheck(check, b'{"error": {"message": "x"}}')
+    out = judge.feed(raw[:9]) + judge.feed(raw[9:]) + judge.feed(b"data: [DONE]\n\n")
+    assert judge.violated is True  # "temp" is required: the collected content was checked
+    assert out.endswith(b'data: {"error": {"message": "x"}}\n\ndata: [DONE]\n\n')
+
+
+def test_stream_check_ignores_odd_choices_from_a_pool() -> None:
+    check = schema_check(_body())
+    assert check is not None
+    odd = [{"choices": 5}, {"choices": [{"index": "x", "delta": {"content": '{"city": "a", "temp": 1}'}}]}]
+    raw = b"".join(b"data: " + orjson.dumps(e) + b"\n\n" for e in odd) + b"data: [DONE]\n\n"
+    judge = StreamCheck(check, None)
+    assert judge.feed(raw) == raw and judge.violated is False
