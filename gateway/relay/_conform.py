@@ -13,14 +13,12 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
-
-from gateway.budget.usage import checked
 from gateway.edge.exchange import SSE_HEADERS, Send
-from gateway.errors import OutputSchemaError, UpstreamError
+from gateway.errors import OutputSchemaError
 from gateway.guardrails.conformance import Check, StreamCheck, answers_conform
 from gateway.observability.metrics import Metrics
 from gateway.relay._admit import Admit
+from gateway.relay._answer import AnswerReader
 from gateway.relay._context import RequestContext
 from gateway.routing.aliases import call_body, sse_of
 from gateway.routing.route import Route
@@ -30,9 +28,10 @@ _VIOLATION = "the model's answer does not conform to the request's response_form
 
 
 class Conform:
-    def __init__(self, calls: PoolCalls, admit: Admit, metrics: Metrics) -> None:
+    def __init__(self, calls: PoolCalls, admit: Admit, metrics: Metrics, answers: AnswerReader) -> None:
         self._calls = calls
         self._admit = admit
+        self._answers = answers
         self._events = metrics.guardrail_events
 
     def count(self, ctx: RequestContext, action: str) -> None:
@@ -70,10 +69,9 @@ class Conform:
         if guard.json_schema != "retry_once":
             raise self.failure(ctx)
         self.count(ctx, "retried")
-        first = checked(parsed.get("usage"), ctx.reserved_in, ctx.granted_out)
+        first = ctx.usage_in, ctx.usage_out  # the first answer's, as its caller recorded them
         data = await self._calls.unary(route.pool, call)
-        retry = _parsed(data, route)
-        ctx.record(retry.get("usage"))
+        retry = self._answers.read(ctx, route.pool.config.name, data)
         ctx.usage_in += first[0]  # the first call's tokens were spent too
         ctx.usage_out += first[1]
         if not answers_conform(retry, check):
@@ -88,8 +86,7 @@ class Conform:
         unary = CallSpec(call.kind, payload, call.headers, call.key, call.priority, adapter=call.adapter)
         data = await self._calls.unary(route.pool, unary)
         ticket = await self._admit.granted(ctx)
-        parsed = _parsed(data, route)
-        ctx.record(parsed.get("usage"))
+        parsed = self._answers.read(ctx, route.pool.config.name, data)
         retried = await self.unary(ctx, route, unary, parsed)
         if retried is not None:
             parsed = retried[1]
@@ -104,13 +101,3 @@ class Conform:
         await send({"type": "http.response.start", "status": 200, "headers": head})
         await send({"type": "http.response.body", "body": body, "more_body": False})
         ctx.status = 200
-
-
-def _parsed(data: bytes, route: Route) -> dict[str, Any]:
-    try:
-        parsed = orjson.loads(data)
-    except orjson.JSONDecodeError:
-        parsed = None
-    if not isinstance(parsed, dict):
-        raise UpstreamError(f"pool '{route.pool.config.name}' returned a malformed response")
-    return parsed

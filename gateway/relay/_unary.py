@@ -1,6 +1,6 @@
 """Stage 7, call (unary): one pool call, its answer relayed as the pool's bytes.
 
-The answer is parsed once, for its usage only (checked against the reservation: gateway.budget.usage);
+The answer is parsed once, for its usage only (`_answer.AnswerReader`: checked against the reservation);
 the client gets the bytes the pool sent (or, under a `json_schema: retry_once` policy whose first answer
 violates the request's schema, the retry's: gateway/relay/_conform.py).
 """
@@ -9,13 +9,10 @@ from __future__ import annotations
 
 from time import perf_counter
 
-import orjson
-
-from gateway.budget.usage import UsageFaults
 from gateway.edge.exchange import JSON_HEADERS, Send
-from gateway.errors import UpstreamError
 from gateway.observability.metrics import Metrics
 from gateway.relay._admit import Admit
+from gateway.relay._answer import AnswerReader
 from gateway.relay._conform import Conform
 from gateway.relay._context import RequestContext
 from gateway.routing.route import Route
@@ -23,12 +20,14 @@ from gateway.upstream.calls import CallSpec, PoolCalls
 
 
 class UnaryCall:
-    def __init__(self, calls: PoolCalls, admit: Admit, metrics: Metrics, conform: Conform) -> None:
+    def __init__(
+        self, calls: PoolCalls, admit: Admit, metrics: Metrics, conform: Conform, answers: AnswerReader
+    ) -> None:
         self._calls = calls
         self._conform = conform
         self._admit = admit
         self._metrics = metrics
-        self._faults = UsageFaults(metrics)
+        self._answers = answers
 
     async def __call__(self, ctx: RequestContext, route: Route, call: CallSpec, send: Send) -> None:
         pool = route.pool
@@ -36,17 +35,7 @@ class UnaryCall:
         data = await self._calls.unary(pool, call)
         ticket = await self._admit.granted(ctx)
         t_back = perf_counter()
-        try:
-            parsed = orjson.loads(data)
-        except orjson.JSONDecodeError:
-            parsed = None
-        if not isinstance(parsed, dict):
-            self._metrics.upstream_errors.labels(pool.config.name, "malformed").inc()
-            raise UpstreamError(f"pool '{pool.config.name}' returned a malformed response")
-        usage = parsed.get("usage")
-        ctx.record(usage)
-        if ctx.fault is not None:
-            self._faults.count(pool.config.name, ctx.fault, usage)
+        parsed = self._answers.read(ctx, pool.config.name, data)
         if ctx.schema is not None:  # the alias's json_schema policy: pass, retry once, or refuse
             retried = await self._conform.unary(ctx, route, call, parsed)
             if retried is not None:

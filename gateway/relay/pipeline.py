@@ -59,6 +59,7 @@ from gateway.observability.feedback_shared import Delivered
 from gateway.observability.metrics import Metrics
 from gateway.observability.observer import Observer
 from gateway.relay._admit import Admit
+from gateway.relay._answer import AnswerReader
 from gateway.relay._body import read_body
 from gateway.relay._cached import CacheStage
 from gateway.relay._conform import Conform
@@ -123,8 +124,9 @@ class Relay:
         calls = PoolCalls(parts.session, metrics, trace, parts.h1)
         self._admissions = parts.admissions
         self._admit = Admit(parts.admissions, parts.ids, parts.policy.limits.input_bytes_per_token, trace)
-        self._conform = Conform(calls, self._admit, metrics)  # response_format json_schema policies
-        self._unary = UnaryCall(calls, self._admit, metrics, self._conform)
+        answers = AnswerReader(metrics)
+        self._conform = Conform(calls, self._admit, metrics, answers)  # response_format json_schema policies
+        self._unary = UnaryCall(calls, self._admit, metrics, self._conform, answers)
         self._stream = StreamCall(calls, self._admit, parts.admissions, metrics, self._conform)
         self._explorer = Explorer(metrics, calls, parts.admissions)
         self._cascades = CascadeRunner(metrics, calls, trace, self._explorer.escalated)

@@ -1,0 +1,40 @@
+"""Stage 7, call: a pool's unary answer read for the request (the unary relay, and the json_schema
+policy's first call and retry, read answers the same way).
+
+The answer must be a JSON object (else 502, counted as `malformed`); its usage is recorded on the
+request, checked against the reservation (gateway.budget.usage), and a bad count is counted per pool.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from gateway.budget.usage import UsageFaults
+from gateway.errors import UpstreamError
+from gateway.observability.metrics import Metrics
+from gateway.relay._context import RequestContext
+
+
+class AnswerReader:
+    __slots__ = ("_malformed", "_faults")
+
+    def __init__(self, metrics: Metrics) -> None:
+        self._malformed = metrics.upstream_errors
+        self._faults = UsageFaults(metrics)
+
+    def read(self, ctx: RequestContext, pool: str, data: bytes) -> dict[str, Any]:
+        """The parsed answer; its usage is now `ctx.usage_in`/`usage_out` (raises the 502 if malformed)."""
+        try:
+            parsed = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            parsed = None
+        if not isinstance(parsed, dict):
+            self._malformed.labels(pool, "malformed").inc()
+            raise UpstreamError(f"pool '{pool}' returned a malformed response")
+        usage = parsed.get("usage")
+        ctx.record(usage)
+        if ctx.fault is not None:
+            self._faults.count(pool, ctx.fault, usage)
+        return parsed
