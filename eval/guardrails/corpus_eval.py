@@ -26,7 +26,6 @@ from pathlib import Path
 from gateway.guardrails.detectors import DETECTORS
 
 CORPUS = Path(__file__).with_name("corpus.jsonl")
-CATEGORIES = tuple(d.name for d in DETECTORS)
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,6 +18,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from gateway import __version__
 from gateway.config import Policy
+from gateway.config_lora import ADAPTER_SEPARATOR
 from gateway.edge.exchange import Kind, Receive, RequestHeaders, Scope, Send
 from gateway.edge.openapi import (
     ANTHROPIC_ERRORS,
@@ -167,7 +168,12 @@ def _adapter_cards(policy: Policy, aliases: list[str], created: int) -> list[Mod
         lora = pools[m.route.pool].lora if m.route.pool is not None else None
         if m.name in aliases and lora is not None and m.route.adapter is None:
             cards += [
-                ModelCard(id=f"{m.name}:{a.name}", created=created, owned_by="llm-gateway", parent=m.name)
+                ModelCard(
+                    id=m.name + ADAPTER_SEPARATOR + a.name,
+                    created=created,
+                    owned_by="llm-gateway",
+                    parent=m.name,
+                )
                 for a in lora.adapters
             ]
     return cards

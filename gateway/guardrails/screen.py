@@ -117,6 +117,8 @@ def screen(kind: Kind, body: dict[str, Any], plan: GuardPlan) -> Screened:
         refused = _check_tools(body, plan.allowed_tools)
         if refused is not None:
             return [Event("tools", "blocked", str(refused.param))], refused
+    if plan.max_prompt_chars is None and not plan.detectors:
+        return [], None  # only a tools rule: nothing reads the texts
     texts = list(_texts(kind, body))
     if plan.max_prompt_chars is not None:
         refused = _oversized(kind, texts, plan.max_prompt_chars)

@@ -249,11 +249,9 @@ _STEPS = SECRET_STEPS + PII_STEPS
 GUARD_PII_STEPS: tuple[Step, ...] = (*PII_STEPS[:-1], ((), _PHONE, _phone_in_context))
 
 
-def scrub(text: str, steps: tuple[Step, ...], low: str | None = None) -> str:
-    """`text` with what `steps` find replaced (a result equal to `text`: nothing found); `low`: the
-    lower-cased text when the caller has it already."""
-    if low is None:
-        low = text.lower()
+def scrub(text: str, steps: tuple[Step, ...]) -> str:
+    """`text` with what `steps` find replaced (a result equal to `text`: nothing found)."""
+    low = text.lower()
     for words, pattern, replacement in steps:
         if not words or any(w in low for w in words):
             text = pattern.sub(replacement, text)

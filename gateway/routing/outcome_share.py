@@ -50,6 +50,7 @@ class SharedOutcomes:
         # Only aliases with a memory take part; each keeps its own stream.
         self._learnings = {a: lr for a, lr in learnings.items() if lr.memory is not None}
         self._keys = {a: f"{key_prefix}outcomes:{a}" for a in self._learnings}
+        self._alias_of = {key: a for a, key in self._keys.items()}
         self._replica = uuid.uuid4().hex[:12].encode()
         self._interval = interval_s
         self._last: dict[str, bytes] = {}  # stream key -> last id read
@@ -123,10 +124,9 @@ class SharedOutcomes:
         except (RedisError, OSError) as e:
             self._failed("read", e)
             return
-        by_key = {v: a for a, v in self._keys.items()}
         for key, entries in got or ():
             name = key.decode() if isinstance(key, bytes) else str(key)
-            alias = by_key.get(name)
+            alias = self._alias_of.get(name)
             if alias is None or not entries:
                 continue
             self._last[name] = entries[-1][0]

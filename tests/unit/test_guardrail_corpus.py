@@ -9,7 +9,8 @@ from collections import Counter
 
 import pytest
 
-from eval.guardrails.corpus_eval import CATEGORIES, benign_fp_rate, load, report, rules, score, split
+from eval.guardrails.corpus_eval import benign_fp_rate, load, report, rules, score, split
+from gateway.guardrails.detectors import CATEGORIES
 from router.encoder import default_encoder_dir
 
 CORPUS = load()
