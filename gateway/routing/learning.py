@@ -147,11 +147,12 @@ class Learning:
     def shared(self, embedding: F32, needs_strong: float) -> None:
         """An outcome another replica learnt (read back from Redis: checked, never trusted)."""
         mem = self.memory
-        if mem is None or embedding.shape != (self.dim,) or not 0.0 <= needs_strong <= 1.0:
+        if mem is None:
             return
-        if not np.isfinite(embedding).all() or not embedding.any():
+        try:
+            mem.add(embedding, needs_strong)  # refuses a label outside [0, 1], a wrong size, NaN, zeros
+        except ValueError:
             return
-        mem.add(embedding, needs_strong)
         self._learnt["shared"].inc()
 
     def rated(self, outcome: Outcome, accepted: bool) -> None:
