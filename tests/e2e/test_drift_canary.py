@@ -15,6 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.support.poll import wait_until
 from tests.support.procs import free_port, running, sim_args
 from tests.support.prom import metric
 from tests.support.scripted_openai import scripted_server
@@ -65,14 +66,14 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 def _scrape_until(url: str, ready: str, timeout: float = 30.0) -> str:
-    deadline = time.monotonic() + timeout
-    text = ""
-    while time.monotonic() < deadline:
-        text = httpx.get(f"{url}/metrics", timeout=5).text
-        if ready in text:
-            return text
-        time.sleep(0.2)
-    raise AssertionError(f"no {ready!r} in /metrics after {timeout} s:\n{text[-3000:]}")
+    page = [""]  # the page the last poll read: the one that matched, or the one to show
+
+    def has() -> bool:
+        page[0] = httpx.get(f"{url}/metrics", timeout=5).text
+        return ready in page[0]
+
+    wait_until(has, lambda: f"{ready!r} in /metrics:\n{page[0][-3000:]}", timeout=timeout)
+    return page[0]
 
 
 def test_identical_pools_show_exactly_zero_drift(gateway: str) -> None:

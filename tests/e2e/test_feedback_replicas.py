@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from gateway.tenancy.keys import generate_key, hash_key
+from tests.support.poll import wait_until
 from tests.support.procs import free_port, running, sim_args, write_policy
 from tests.support.prom import metric
 from tests.support.redis_server import RedisServer, start_any
@@ -102,12 +103,12 @@ def test_redis_down_non_local_feedback_is_503_and_requests_succeed(replicas: Rep
     assert _rate(replicas, 0, local).status_code == 200  # served here: rated locally
     _answer(replicas, 1)
     # The series exists (at 0) whenever feedback is shared: wait for replica 0's failed flush to count.
-    deadline = time.monotonic() + 5
-    while True:
-        metrics = httpx.get(f"{replicas.urls[0]}/metrics", timeout=5).text
-        errors = metric(metrics, "llmgw_feedback_flush_errors_total")
-        if errors >= 1 or time.monotonic() > deadline:
-            break
-        time.sleep(0.05)
-    assert errors >= 1
+    page = [""]
+
+    def flush_failed() -> bool:
+        page[0] = httpx.get(f"{replicas.urls[0]}/metrics", timeout=5).text
+        return metric(page[0], "llmgw_feedback_flush_errors_total") >= 1
+
+    wait_until(flush_failed, "llmgw_feedback_flush_errors_total >= 1 on replica 0", timeout=5, interval=0.05)
+    metrics = page[0]
     assert metric(metrics, "llmgw_feedback_dropped_records_total") >= 1
