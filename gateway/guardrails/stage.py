@@ -6,7 +6,8 @@ Per request without a guardrail: one `GuardTable.lookup` (a dict get) returning 
 screen (gateway/guardrails/screen.py), then for each event a counter increment
 (`llmgw_guardrail_events_total{guardrail,action}`, children memoised), a trace event on the root span
 (`llmgw.guardrail`, when tracing is on), and an entry in the request log's `guardrails` list (when the
-log is on). Nothing records matched text.
+log is on). The relay's json_schema output policy records its events through `record` too
+(gateway/relay/_conform.py). Nothing records matched text.
 """
 
 from __future__ import annotations

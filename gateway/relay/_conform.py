@@ -16,7 +16,8 @@ from typing import Any
 from gateway.edge.exchange import SSE_HEADERS, Send
 from gateway.errors import OutputSchemaError
 from gateway.guardrails.conformance import Check, StreamCheck, answers_conform
-from gateway.observability.metrics import Metrics
+from gateway.guardrails.screen import Event
+from gateway.guardrails.stage import InputGuard
 from gateway.relay._admit import Admit
 from gateway.relay._answer import AnswerReader
 from gateway.relay._context import RequestContext
@@ -28,18 +29,16 @@ _VIOLATION = "the model's answer does not conform to the request's response_form
 
 
 class Conform:
-    def __init__(self, calls: PoolCalls, admit: Admit, metrics: Metrics, answers: AnswerReader) -> None:
+    def __init__(self, calls: PoolCalls, admit: Admit, answers: AnswerReader, guard: InputGuard) -> None:
         self._calls = calls
         self._admit = admit
         self._answers = answers
-        self._events = metrics.guardrail_events
+        self._guard = guard
 
     def count(self, ctx: RequestContext, action: str) -> None:
-        """One json_schema event: counted, and named in the request log (never the answer's text)."""
-        self._events.labels("json_schema", action).inc()
-        if ctx.notes is not None:
-            entry = {"guardrail": "json_schema", "action": action, "where": "response"}
-            ctx.notes.setdefault("guardrails", []).append(entry)
+        """One json_schema event, recorded as the input guardrails' are (counter, request log, trace;
+        never the answer's text)."""
+        self._guard.record(ctx, [Event("json_schema", action, "response")])
 
     def failure(self, ctx: RequestContext) -> OutputSchemaError:
         self.count(ctx, "failed")

@@ -125,14 +125,15 @@ class Relay:
         self._admissions = parts.admissions
         self._admit = Admit(parts.admissions, parts.ids, parts.policy.limits.input_bytes_per_token, trace)
         answers = AnswerReader(metrics)
-        self._conform = Conform(calls, self._admit, metrics, answers)  # response_format json_schema policies
+        # Input guardrails (gateway/guardrails/): None when the policy sets none, so they cost nothing.
+        guards = GuardTable(parts.policy)
+        input_guard = InputGuard(guards, metrics, trace)  # also records the json_schema policy's events
+        self._guard = input_guard if guards.active else None
+        self._conform = Conform(calls, self._admit, answers, input_guard)  # response_format json_schema
         self._unary = UnaryCall(calls, self._admit, metrics, self._conform, answers)
         self._stream = StreamCall(calls, self._admit, parts.admissions, metrics, self._conform)
         self._explorer = Explorer(metrics, calls, parts.admissions)
         self._cascades = CascadeRunner(metrics, calls, trace, self._explorer.escalated)
-        # Input guardrails (gateway/guardrails/): None when the policy sets none, so they cost nothing.
-        guards = GuardTable(parts.policy)
-        self._guard = InputGuard(guards, metrics, trace) if guards.active else None
         self._cached = (
             CacheStage(parts.cache, self._routes, parts.admissions, parts.ids, trace) if parts.cache else None
         )
