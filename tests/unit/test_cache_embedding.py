@@ -12,6 +12,8 @@ import pytest
 from router.embedding import QuestionEmbedder
 from router.encoder import Encoder
 
+pytestmark = pytest.mark.needs_encoder  # the router's built encoder (tests/unit/conftest.py)
+
 
 class _Counting:
     def __init__(self, session: Any) -> None:

@@ -10,12 +10,16 @@ from __future__ import annotations
 import asyncio
 import logging
 
+import pytest
+
 from gateway.config import parse_policy
 from gateway.observability.metrics import Metrics
 from gateway.relay.response_cache import build_cache
 from gateway.routing.aliases import build_routed
 from gateway.settings import Settings
 from router.encoder import FULL_LAYERS
+
+pytestmark = pytest.mark.needs_encoder  # the router's built encoder (tests/unit/conftest.py)
 
 POLICY = """\
 pools:

@@ -104,6 +104,7 @@ def test_applying_a_delta_for_another_model_is_refused() -> None:
         encoder_delta.apply_to(wrong, delta)
 
 
+@pytest.mark.needs_encoder
 def test_the_committed_delta_is_the_one_the_built_encoder_carries() -> None:
     # `make router-encoder` merges eval/routing/deltas/ into the router variant: a stale build (delta
     # changed, encoder not re-exported) would serve other weights than the artifact's head expects.

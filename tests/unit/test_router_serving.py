@@ -13,6 +13,8 @@ import pytest
 
 from router.difficulty import Assessment, DifficultyModel
 
+pytestmark = pytest.mark.needs_encoder  # the router's built encoder (tests/unit/conftest.py)
+
 MMLU_DEV = Path("/work/shared/data/routing/mmlu_dev.jsonl")
 
 
