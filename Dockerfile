@@ -1,7 +1,7 @@
 # syntax=docker/dockerfile:1
 # The gateway image (`llmgw serve`) and, as target `sim`, the simulator image for GPU-less pools.
-#   docker build -t ghcr.io/llm-gateway/llm-gateway:0.1.0 --target runtime .
-#   docker build -t ghcr.io/llm-gateway/llm-gateway-sim:0.1.0 --target sim .
+#   docker build -t ghcr.io/llm-gateway/llm-gateway:0.2.0 --target runtime .
+#   docker build -t ghcr.io/llm-gateway/llm-gateway-sim:0.2.0 --target sim .
 # Stages: `build` installs the package into a venv (pip and any compiler stay here), `encoder`
 # exports the router's int8 ONNX MiniLM (torch is needed only for that), `runtime` is a slim Python
 # with the venv, the baked encoder and a non-root user; `sim` adds the eval package the gateway image
