@@ -20,16 +20,24 @@ request that arrives whole (the common case, one `data_received`):
 - every error the server itself answers (these and httptools' parse errors) is OpenAI-shaped JSON.
 
 Checks run on one timer per slow connection (`tick_s`), armed only while a request is incomplete.
+
+`HttpToolsProtocol` is uvicorn's private class: this subclass relies on its parser callbacks and
+attributes (`parser`, `headers`, `url`, `cycle`, `flow`, `connections`, `_unset_keepalive_if_required`,
+`send_400_response`). It is tested with the uvicorn minor of `SUPPORTED_UVICORN` (pyproject pins the
+same range); `guarded_protocol` refuses any other uvicorn with `UnsupportedUvicorn`, so that a drifted
+install fails at start-up rather than on a hostile client's request.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 import socket
 from dataclasses import dataclass
 from typing import Any
 
 import httptools
+import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from gateway.errors import (
@@ -40,7 +48,10 @@ from gateway.errors import (
     UpstreamUnavailableError,
 )
 
-__all__ = ["EdgeLimits", "guarded_protocol"]
+__all__ = ["SUPPORTED_UVICORN", "EdgeLimits", "UnsupportedUvicorn", "check_uvicorn", "guarded_protocol"]
+
+# The uvicorn versions `_Guarded` is tested with: at least the first (major, minor), below the second.
+SUPPORTED_UVICORN = ((0, 55), (0, 56))
 
 _IDLE, _HEAD, _BODY = 0, 1, 2  # where the connection is in reading its current request
 
@@ -245,6 +256,27 @@ def _too_large(limits: EdgeLimits) -> HeadersTooLargeError:
     )
 
 
+class UnsupportedUvicorn(RuntimeError):
+    """The installed uvicorn is outside `SUPPORTED_UVICORN`: the private class `_Guarded` extends may
+    have changed under it."""
+
+
+def check_uvicorn(version: str | None = None) -> None:
+    """Raise `UnsupportedUvicorn` unless `version` (default: the installed uvicorn's) is supported."""
+    version = uvicorn.__version__ if version is None else version
+    (lo_major, lo_minor), (hi_major, hi_minor) = SUPPORTED_UVICORN
+    supported = f">={lo_major}.{lo_minor},<{hi_major}.{hi_minor}"
+    m = re.match(r"(\d+)\.(\d+)", version)
+    if m is None or not SUPPORTED_UVICORN[0] <= (int(m[1]), int(m[2])) < SUPPORTED_UVICORN[1]:
+        raise UnsupportedUvicorn(
+            f"uvicorn {version} is installed; the gateway's HTTP protocol (gateway/edge/protocol.py) "
+            f"subclasses uvicorn's private HttpToolsProtocol and supports uvicorn {supported} only: "
+            f"install it with pip install 'uvicorn[standard]{supported}' (constraints/gateway.txt pins "
+            "the version the tests passed with)"
+        )
+
+
 def guarded_protocol(limits: EdgeLimits) -> type[HttpToolsProtocol]:
-    """uvicorn's `http=` class with these limits."""
+    """uvicorn's `http=` class with these limits (`UnsupportedUvicorn` outside `SUPPORTED_UVICORN`)."""
+    check_uvicorn()
     return type("GuardedHttpToolsProtocol", (_Guarded,), {"limits": limits})

@@ -15,7 +15,7 @@ import uvicorn
 
 from gateway.app import GatewayApp
 from gateway.config import ConfigError, Policy, default_policy, load_policy
-from gateway.edge.protocol import EdgeLimits, guarded_protocol
+from gateway.edge.protocol import EdgeLimits, UnsupportedUvicorn, guarded_protocol
 from gateway.parts import check_deployment
 from gateway.routing.aliases import build_routed
 from gateway.settings import Settings
@@ -62,20 +62,21 @@ def serve(config: str | None, host: str | None, port: int | None, workers: int |
     )
     app: GatewayApp | None = None
     try:
+        protocol = guarded_protocol(edge_limits(settings))  # first: refuses an unsupported uvicorn
         policy = load(settings)
         check_deployment(policy, settings)
         if settings.workers > 1:
             build_routed(policy, logging.getLogger("llmgw.router"))  # each worker loads them again
         else:
             app = GatewayApp(policy, settings)
-    except ConfigError as exc:
+    except (ConfigError, UnsupportedUvicorn) as exc:
         print(f"llmgw: cannot start:\n{exc}", file=sys.stderr)
         return 2
     common: dict[str, object] = dict(
         host=settings.host,
         port=settings.port,
         loop="uvloop",
-        http=guarded_protocol(edge_limits(settings)),
+        http=protocol,
         timeout_keep_alive=settings.keepalive_timeout_s,
         access_log=False,
         # Nothing here reads the client address (`scope["client"]`), so uvicorn's X-Forwarded-For
