@@ -7,12 +7,9 @@
   `make router-encoder`, `make bench-router`).
 
 Nothing in the production runtime imports this package, and the gateway image does not carry it; its
-commands reach the `llmgw` CLI through the `llmgw.commands` entry-point group. Each package's `__all__`
+commands reach the `llmgw` CLI through the `llmgw.commands` entry-point group. Each package's docstring
 names the modules other packages and commands use (entry points, `python -m` targets, imports from a
-sibling package) and re-exports no names: `llmgw` imports the entry-point modules at start-up, and an
-`__init__` that loaded more would slow every command down.
+sibling package); its `__init__` imports nothing (no package facade, docs/design/018-layout.md):
+`llmgw` imports the entry-point modules at start-up, and an `__init__` that loaded more would slow
+every command down.
 """
-
-from __future__ import annotations
-
-__all__ = ["bench", "loadgen", "routing", "sim"]

@@ -5,11 +5,10 @@ drives it from the relay. Decisions (`picker.pick`, `breaker`, `budget`) are pur
 small state machines over plain data with an explicit clock; I/O (scraping, discovery) sits behind
 small protocols and runs in background tasks.
 
-Re-exported here: the pool policy models (`pools.config`) and `prefix_key` (`pools.affinity`), which
-add nothing measurable to `import pools.config` (the gateway's config loading). `Breaker` is not:
-the policy model `pools.config.Breaker` and the per-replica state machine `pools.breaker.Breaker`
-share the name. The rest stays in its module, because importing it here would load it into every
-`import pools.…`:
+Names are imported from their modules (no package facade, docs/design/018-layout.md), so that an
+`import pools.config` (the gateway's config loading: the pool policy models; `prefix_key` is in
+`pools.affinity`) loads only what it names. The policy model `pools.config.Breaker` and the
+per-replica state machine `pools.breaker.Breaker` share a name. The rest of the public API:
 
 - the decisions and the replica they decide over, pure but ~6% more instructions on the config path
   (their dataclass and enum definitions): `pools.replica` (Replica, Load), `pools.picker` (pick,
@@ -23,19 +22,3 @@ share the name. The rest stays in its module, because importing it here would lo
 - the drift comparison shared by `llmgw drift` and the gateway's canary: `pools.drift` (compare,
   summarize, breaches, Step) and its wire shapes `pools.drift_answer` (trajectory, canary_body).
 """
-
-from __future__ import annotations
-
-from pools.affinity import prefix_key
-from pools.config import Admission, Balancing, DnsEndpoints, Endpoints, PrefixAffinity, Retries, Saturation
-
-__all__ = [
-    "Admission",
-    "Balancing",
-    "DnsEndpoints",
-    "Endpoints",
-    "PrefixAffinity",
-    "Retries",
-    "Saturation",
-    "prefix_key",
-]

@@ -5,54 +5,12 @@ Backend-neutral: `ratelimit.model` holds the contract (plain data + the `Limiter
 with Lua under `ratelimit/lua/`, `ratelimit.memory_backend`) implement the same contract and pass the
 same contract tests. Nothing here imports the gateway, FastAPI or eval.
 
-Re-exported here: the contract (`ratelimit.model`, `BackendUnavailable`) and the rule resolution and
-costs (`ratelimit.rules`), which add nothing measurable to `import ratelimit.model` (the gateway's
-config loading). The backends and their machinery stay
-in their modules, so that the config path does not load redis, hiredis, asyncio or the window
-arithmetic: `ratelimit.memory_backend` (MemoryBackend), `ratelimit.redis_backend` (RedisBackend,
-SCRIPTS, load_script), `ratelimit.resp` (RespClient), `ratelimit.failover` (FailoverLimiter,
-FailoverStats), `ratelimit.keys` (the Redis key scheme: rule_key, derived_keys, encode_scope),
-`ratelimit.windows` (period, Check). `python -m ratelimit.bench` is a command, not an API.
+Names are imported from their modules (no package facade, docs/design/018-layout.md): the contract
+(`ratelimit.model`, `ratelimit.errors.BackendUnavailable`), the rule resolution and costs
+(`ratelimit.rules`), and the backends and their machinery, which the config path (`import
+ratelimit.model`) does not load (redis, hiredis, asyncio, the window arithmetic):
+`ratelimit.memory_backend` (MemoryBackend), `ratelimit.redis_backend` (RedisBackend, SCRIPTS,
+load_script), `ratelimit.resp` (RespClient), `ratelimit.failover` (FailoverLimiter, FailoverStats),
+`ratelimit.keys` (the Redis key scheme: rule_key, derived_keys, encode_scope), `ratelimit.windows`
+(period, Check). `python -m ratelimit.bench` is a command, not an API.
 """
-
-from __future__ import annotations
-
-from ratelimit.errors import BackendUnavailable
-from ratelimit.model import (
-    SUB_WINDOWS,
-    Admission,
-    Decision,
-    Dimension,
-    Level,
-    LevelLimits,
-    Limiter,
-    LimitsConfig,
-    Priority,
-    Reservation,
-    Rule,
-    RuleState,
-    Tenant,
-    TierLimits,
-)
-from ratelimit.rules import request_cost, resolve_rules, usage_cost
-
-__all__ = [
-    "SUB_WINDOWS",
-    "Admission",
-    "BackendUnavailable",
-    "Decision",
-    "Dimension",
-    "Level",
-    "LevelLimits",
-    "Limiter",
-    "LimitsConfig",
-    "Priority",
-    "Reservation",
-    "Rule",
-    "RuleState",
-    "Tenant",
-    "TierLimits",
-    "request_cost",
-    "resolve_rules",
-    "usage_cost",
-]

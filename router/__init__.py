@@ -4,10 +4,9 @@ Nothing here imports `gateway`, FastAPI or `eval` (design §2). The difficulty m
 only numpy, onnxruntime and tokenizers; the encoder it runs is exported at build time
 (`make router-encoder`, eval/routing/export_encoder.py).
 
-Re-exported here: the routed alias's configuration (`router.config`), `request_text` (`router.text`)
-and `RouterArtifactError`, which add nothing measurable to `import router.config` (the gateway's
-config loading). The rest of the public API stays in its module, because importing it here would
-load it into every `import router.…`:
+Names are imported from their modules (no package facade, docs/design/018-layout.md), so that an
+`import router.config` (the gateway's config loading: the routed alias's configuration, with
+`router.text` and `router.artifact_error`) loads only what it names. The rest of the public API:
 
 - the policy and its plan data, pure but ~5% more instructions on the config path (their dataclass
   and enum definitions): `router.policy` (plan_route, resolve_thresholds, start_tier), `router.plan`
@@ -24,20 +23,3 @@ load it into every `import router.…`:
   (Head, Component, fit_knn, fit_ridge, empirical_cdf, quantize_rows, to_share), `router.lexical`
   (LexicalComponent, fit_lexical, hashed_terms, LEXICAL_CHARS).
 """
-
-from __future__ import annotations
-
-from router.artifact_error import RouterArtifactError
-from router.config import AgreementScorer, LogprobScorer, Price, RoutingPolicy, Tier, TrainedScorer
-from router.text import request_text
-
-__all__ = [
-    "AgreementScorer",
-    "LogprobScorer",
-    "Price",
-    "RouterArtifactError",
-    "RoutingPolicy",
-    "Tier",
-    "TrainedScorer",
-    "request_text",
-]

@@ -13,7 +13,3 @@
 `make bench-router` (eval/routing/bench_serving.py) and `make bench-knee` / `bench-capacity` (`llmgw
 bench`, eval/loadgen/) run product commands and live with them.
 """
-
-from __future__ import annotations
-
-__all__ = ["cache", "overhead", "peers", "pools", "procs"]

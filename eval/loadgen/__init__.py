@@ -8,7 +8,3 @@ cli.py       `llmgw bench run|capacity`
 
 Used from outside: `cli` (the `llmgw bench` entry point).
 """
-
-from __future__ import annotations
-
-__all__ = ["cli"]

@@ -14,7 +14,3 @@ APGR, CPT, N-tier plans), `embed_cache` (embeddings through the serving encoder,
 The research scripts that no command needs were retired in issues 23 and 28 (docs/design/008 names them
 and the commit with their last version).
 """
-
-from __future__ import annotations
-
-__all__ = ["bench_serving", "calibration_replay", "cascade_cli", "export_encoder", "finetune", "router_cli"]

@@ -10,7 +10,3 @@ See docs/design/002-simulator.md.
 Used from outside: `cli` (the `llmgw sim` entry point) and `profile` (`llmgw bench capacity` loads
 simulator profiles).
 """
-
-from __future__ import annotations
-
-__all__ = ["cli", "profile"]

@@ -4,9 +4,3 @@ the per-pool calibrated input estimate (`estimate`); the checks on the usage a p
 (`usage`); refusals known from memory before a body is parsed (`early`); OpenAI's `x-ratelimit-*`
 headers (`headers`).
 """
-
-from __future__ import annotations
-
-from gateway.budget.admission import Admissions, Ticket
-
-__all__ = ["Admissions", "Ticket"]

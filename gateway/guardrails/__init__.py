@@ -2,11 +2,3 @@
 with a mode each (`detectors`, `injection`, `hidden`, `exfiltration`; secrets and personal data are
 gateway/observability/redact.py's), the per-request plan (`plan`), the screen (`screen`), the relay
 stage (`stage`), and output conformance to `response_format` JSON schemas (`conformance`)."""
-
-from __future__ import annotations
-
-from gateway.guardrails.plan import GuardPlan, GuardTable
-from gateway.guardrails.screen import Event, screen
-from gateway.guardrails.stage import InputGuard
-
-__all__ = ["Event", "GuardPlan", "GuardTable", "InputGuard", "screen"]

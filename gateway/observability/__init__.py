@@ -3,9 +3,3 @@
 `redact`), traces (`tracing`; the OpenTelemetry side in `otel`, loaded only with traces on), and the
 `Observer` that the relay calls when a request ends (`observer`).
 """
-
-from __future__ import annotations
-
-from gateway.observability.observer import Observer
-
-__all__ = ["Observer"]

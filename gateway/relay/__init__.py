@@ -1,11 +1,6 @@
 """The request hot path: one `RequestContext` through named stages (see `pipeline`'s docstring and
-docs/architecture.md). Public: `Relay` and what it is built from; `normalize` (the body for the
-pool) and `response_cache` (the response cache as the relay uses it) are public modules too; the
-stage modules (`_body`, `_cached`, `_admit`, `_unary`, `_stream`, `_context`) are internal.
+docs/architecture.md). Public: `pipeline` (`Relay` and what it is built from), `normalize` (the body
+for the pool) and `response_cache` (the response cache as the relay uses it); the stage modules
+(`_body`, `_cached`, `_admit`, `_unary`, `_answer`, `_stream`, `_conform`, `_failure`, `_context`) are
+internal. Names are imported from their modules (no package facade, docs/design/018-layout.md).
 """
-
-from __future__ import annotations
-
-from gateway.relay.pipeline import Relay, RelayParts
-
-__all__ = ["Relay", "RelayParts"]

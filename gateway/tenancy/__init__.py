@@ -1,10 +1,4 @@
 """Who is calling: API keys (`keys`: format, hashing, stores), authentication (`auth`), the admin
-API (`admin`) and `llmgw keys` (`keys_cli`). Re-exported: the authenticator and the key store types;
-`admin` is not (it loads FastAPI).
+API (`admin`, which loads FastAPI) and `llmgw keys` (`keys_cli`). Names are imported from their modules
+(no package facade, docs/design/018-layout.md).
 """
-
-from __future__ import annotations
-
-from gateway.tenancy.auth import Authenticator, Principal
-
-__all__ = ["Authenticator", "Principal"]

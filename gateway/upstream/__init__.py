@@ -3,9 +3,3 @@ transport Protocol (`transport`: the lean HTTP/1.1 client of `h1`, and aiohttp),
 (`pool_client`), failure classification (`failures`), the SSE splitter (`sse`), the LiteLLM bridge
 for hosted pools (`hosted`) and the process's clients (`clients`).
 """
-
-from __future__ import annotations
-
-from gateway.upstream.calls import UPSTREAM_FAILURES, CallSpec, OpenStream, PoolCalls
-
-__all__ = ["CallSpec", "OpenStream", "PoolCalls", "UPSTREAM_FAILURES"]

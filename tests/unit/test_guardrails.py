@@ -10,7 +10,9 @@ import pytest
 from gateway.config import ConfigError, parse_policy
 from gateway.edge.exchange import Exchange, Kind
 from gateway.errors import ContentPolicyError, PermissionDeniedError, RequestTooLargeError
-from gateway.guardrails import GuardTable, InputGuard, screen
+from gateway.guardrails.plan import GuardTable
+from gateway.guardrails.screen import screen
+from gateway.guardrails.stage import InputGuard
 from gateway.observability.metrics import Metrics
 from ratelimit.model import Tenant
 

@@ -3,7 +3,3 @@ lookup latency on a throw-away Redis Stack) and `semantic_eval` (`make semantic-
 and recall of the semantic cache per similarity threshold, and its lexical verifier, on the hand-written
 pairs in paraphrases*.jsonl; `threshold` holds the pure sweep and cross-validation).
 """
-
-from __future__ import annotations
-
-__all__ = ["bench_lookup", "semantic_eval"]

@@ -26,7 +26,3 @@ throughput runs), `limiter` (its policy, the comparison), `report` (percentiles,
 Used from outside: `client`, `limiter`, `probes`, `report`, `run` (`environment`) and `wrk` by the peer
 benchmark; `observe_cost` is `make bench-observe`.
 """
-
-from __future__ import annotations
-
-__all__ = ["client", "limiter", "observe_cost", "probes", "report", "run", "wrk"]

@@ -21,7 +21,8 @@ from typing import Any
 from eval.bench.overhead.policy import GUARDRAILS_YAML
 from gateway.config import parse_policy
 from gateway.edge.exchange import Exchange, Kind
-from gateway.guardrails import GuardTable, InputGuard
+from gateway.guardrails.plan import GuardTable
+from gateway.guardrails.stage import InputGuard
 from gateway.observability.metrics import Metrics
 from gateway.observability.tracing import NoTracing
 from ratelimit.model import Tenant

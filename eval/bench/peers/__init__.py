@@ -15,7 +15,3 @@ docs/performance.md. Peers are installed by scripts/install-peers into .tools/pe
 Commands besides this one: `profile` (`python -m eval.bench.peers.profile`, where our gateway's time
 goes under load, by cProfile) and `soak` (`make bench-soak`, the memory soak on the same sides).
 """
-
-from __future__ import annotations
-
-__all__ = ["profile", "soak"]

@@ -5,7 +5,3 @@ prefix_affinity vs round_robin with 16 shared system prompts. `_scenarios` stage
 simulators and gateway), `_load` offers the open-loop streaming load, `__main__` compares and reports.
 The command is the package itself: no other package imports from it.
 """
-
-from __future__ import annotations
-
-__all__: list[str] = []

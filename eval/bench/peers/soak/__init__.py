@@ -16,7 +16,3 @@ leak slope, the verdict; pure), `report` (the plot and the table), `run` (the so
 pure parts are unit-tested in tests/unit/test_peers_soak.py. The command is the package itself: no
 other package imports from it.
 """
-
-from __future__ import annotations
-
-__all__: list[str] = []
