@@ -38,8 +38,8 @@ check: lint typecheck
 lint: $(STAMP)
 	$(BIN)/ruff check gateway eval ratelimit pools router cache tests scripts
 	$(BIN)/ruff format --check gateway eval ratelimit pools router cache tests scripts
-	@# issue 23's layout rules: modules <= 400 lines; gateway functions <= 60 lines, <= 6 parameters
-	$(BIN)/python scripts/check_layout.py
+	@# The import contracts of docs/architecture.md ([tool.importlinter] in pyproject.toml; docs/design/018)
+	$(BIN)/lint-imports --no-cache
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
