@@ -2,29 +2,22 @@
 
 An entry is the answer as a non-streamed client would receive it: the completion JSON bytes. A
 non-streamed miss stores the pool's bytes as they are, so the next identical request gets a
-byte-identical body. A streamed miss stores the answer assembled from its SSE events. A streamed hit
-is replayed from the entry as SSE: per choice a chunk with the whole content (and tool calls and
-log-probs), a chunk with the finish reason, the usage chunk when the client asked for it, `[DONE]`.
+byte-identical body. A streamed miss stores the answer assembled from its events' data, which the
+gateway hands over already split (its one SSE reader is gateway.sse; `cache/` never imports the
+gateway, so it is given payloads, never SSE bytes). A streamed hit is replayed from the entry as
+SSE: per choice a chunk with the whole content (and tool calls and log-probs), a chunk with the
+finish reason, the usage chunk when the client asked for it, `[DONE]`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import orjson
 
 DONE = b"data: [DONE]\n\n"
 _META = ("id", "created", "model", "system_fingerprint")
-
-
-def _events(sse: bytes) -> Iterator[Any]:
-    for block in sse.split(b"\n\n"):
-        for line in block.split(b"\n"):
-            if line.startswith(b"data:"):
-                data = line[5:].strip()
-                if data and data != b"[DONE]":
-                    yield orjson.loads(data)
 
 
 def _merge_tool_calls(into: list[dict[str, Any]], deltas: list[Any]) -> None:
@@ -47,13 +40,17 @@ def _merge_tool_calls(into: list[dict[str, Any]], deltas: list[Any]) -> None:
                 call["function"]["arguments"] += fn["arguments"]
 
 
-def assemble(chat: bool, sse: bytes, usage: Mapping[str, int]) -> bytes | None:
-    """The completion JSON of a finished stream, or None when the stream carried an error event or
-    is not what we can faithfully store."""
+def assemble(chat: bool, payloads: Iterable[bytes], usage: Mapping[str, int]) -> bytes | None:
+    """The completion JSON of a finished stream from the data of its events in order (`[DONE]`
+    left out), or None when the stream carried an error event or is not what we can faithfully
+    store."""
     meta: dict[str, Any] = {}
     choices: dict[int, dict[str, Any]] = {}
     try:
-        for ev in _events(sse):
+        for payload in payloads:
+            if not payload.strip():
+                continue  # an event without data (a keep-alive written as `data:`)
+            ev = orjson.loads(payload)
             if not isinstance(ev, dict) or "error" in ev:
                 return None
             if not meta:

@@ -44,6 +44,7 @@ from gateway.settings import Settings
 from gateway.upstream.calls import PoolCalls
 from gateway.upstream.clients import UpstreamClients
 from gateway.upstream.drift_canary import DriftCanary
+from gateway.upstream.transport import Transport
 
 
 class _Runtime:
@@ -56,9 +57,16 @@ class _Runtime:
 
 
 class GatewayApp:
-    def __init__(self, policy: Policy, settings: Settings, tracing: TraceHooks | None = None) -> None:
+    def __init__(
+        self,
+        policy: Policy,
+        settings: Settings,
+        tracing: TraceHooks | None = None,
+        transport: Transport | None = None,
+    ) -> None:
         self.policy = policy
         self.settings = settings
+        self.transport = transport  # one transport for every replica (tests: a MockTransport)
         self.runtime: _Runtime | None = None
         self.ready = True  # false from SIGTERM on: load balancers stop sending, requests still served
         self.started_at = time.time()
@@ -100,7 +108,7 @@ class GatewayApp:
     @asynccontextmanager
     async def lifespan(self, _: FastAPI) -> AsyncIterator[None]:
         parts = self.parts
-        upstream = await UpstreamClients.start(self.policy, self.settings, parts.metrics)
+        upstream = await UpstreamClients.start(self.policy, self.settings, parts.metrics, self.transport)
         await parts.start()
         await self.observer.feedback.start()
         if self.cache is not None:
@@ -109,7 +117,7 @@ class GatewayApp:
             RelayParts(
                 policy=self.policy,
                 pools=upstream.pools,
-                session=upstream.session,
+                transports=upstream.transports,
                 metrics=parts.metrics,
                 auth=parts.auth,
                 admissions=parts.admissions,
@@ -119,7 +127,6 @@ class GatewayApp:
                 routed=self.routed,
                 observer=self.observer,
                 cache=self.cache,
-                h1=upstream.h1,
             )
         )
         self.runtime = _Runtime(relay, parts.metrics)
@@ -160,7 +167,7 @@ class GatewayApp:
         """The opt-in drift canary (policy `drift`), on its own PoolCalls over the shared clients."""
         if self.policy.drift is None:
             return None
-        calls = PoolCalls(upstream.session, self.parts.metrics, None, upstream.h1)
+        calls = PoolCalls(upstream.transports, self.parts.metrics)
         canary = DriftCanary(self.policy.drift, upstream.pools, calls, self.parts.metrics.drift)
         canary.start()
         return canary

@@ -192,3 +192,56 @@ class UpstreamTimeoutError(GatewayError):
     type = "api_error"
     default_code = "upstream_timeout"
     retryable = True
+
+
+# -- a failed exchange with a pool (raised by the transports) -------------------------------------
+
+
+class TransportError(UpstreamError):
+    """The exchange with a pool failed: no usable HTTP answer (a refusal with a status is an answer,
+    not this). Every transport (gateway.upstream.transport) raises these in place of its client's own
+    exceptions (aiohttp's, OSError, timeouts), so nothing above the transport knows which client ran.
+
+    `kind` is the failure's metric label and what the retry rule reads. `detail` (also `str(exc)`)
+    is for the log and may name hosts and ports; `message`, what a client would see, never does.
+    gateway.upstream.failures.classify turns it into the caller's error, naming the pool."""
+
+    kind: ClassVar[str] = "client_error"
+
+    def __init__(self, detail: str, reason: str = "no usable answer") -> None:
+        super().__init__("the upstream request failed")
+        self.detail = detail
+        self.reason = reason  # what a client may be told of it, after "pool 'x' sent"
+
+    def __str__(self) -> str:
+        return self.detail
+
+
+class ConnectFailed(TransportError):
+    """No connection to the replica (refused, unreachable, or not within the connect timeout)."""
+
+    status = 503
+    default_code = "upstream_unavailable"
+    kind = "connect"
+
+
+class Disconnected(TransportError):
+    """The connection ended before the response was complete."""
+
+    kind = "disconnect"
+
+
+class BadResponse(TransportError):
+    """The replica's bytes are not an answer the gateway accepts: not HTTP/1.1, a content-encoding it
+    did not ask for, a header block or an SSE event over its bound."""
+
+    def __init__(self, detail: str, reason: str = "a malformed HTTP response") -> None:
+        super().__init__(detail, reason)
+
+
+class TransportTimeout(TransportError):
+    """The exchange outlasted its total timeout (the connection is dropped)."""
+
+    status = 504
+    default_code = "upstream_timeout"
+    kind = "timeout"

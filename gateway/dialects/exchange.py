@@ -8,18 +8,23 @@ stream of chat.completion.chunk events ending with `[DONE]`, or the gateway's Op
 functions, gateway.dialects.*); everything else the relay does (the cache storing the chat bytes,
 settlement from the chat usage, the response's headers) is unchanged. A unary answer's head waits
 for its body (its content-length changes).
+
+A stream's events are not split here: the relay's splitter already found them (gateway.sse
+`KeepingSplitter`) and hands their data over with the bytes, as the body message's `"events"`. Bytes
+without it (a cached answer replayed, the json_schema policy's replay, a tail the gateway wrote)
+are split by gateway.sse, the one SSE reader.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import orjson
 
 from gateway.dialects import Dialect, StreamTranslator
 from gateway.edge.exchange import Message, Send
-from gateway.upstream.sse import data_of
+from gateway.sse import complete_events, data_of
 
 __all__ = ["DialectSend"]
 
@@ -44,7 +49,7 @@ class DialectSend:
         self._head: Message | None = None  # a unary answer's head, held until its body
         self._body: list[bytes] = []
         self._stream: StreamTranslator | None = None
-        self._carry = b""  # an event split across two sends (the relay sends whole ones; defensive)
+        self._carry = b""  # bytes of an unfinished event (the gateway sends whole ones; defensive)
         self._ended = False  # the stream's last event was sent (an error ends it before [DONE])
 
     @property
@@ -66,7 +71,10 @@ class DialectSend:
         body: bytes = message.get("body", b"")
         more: bool = message.get("more_body", False)
         if self._stream is not None:
-            out = self._events(body)
+            events = message.get("events")
+            if events is None:  # bytes the gateway wrote (a replay, a tail): read by gateway.sse
+                events = self._split(body) if body else ()
+            out = self._translate(events)
             if out or not more:
                 await self._send({"type": "http.response.body", "body": out, "more_body": more})
             return
@@ -107,24 +115,24 @@ class DialectSend:
         await self._send({"type": "http.response.start", "status": status, "headers": headers})
         await self._send({"type": "http.response.body", "body": data, "more_body": False})
 
-    def _events(self, data: bytes) -> bytes:
-        """The dialect's events for the chat events in `data` (whole events; a partial one waits)."""
+    def _split(self, data: bytes) -> list[bytes]:
+        """The data of the whole events in bytes the relay did not split (a partial one waits)."""
+        events, self._carry = complete_events(self._carry + data if self._carry else data)
+        out: list[bytes] = []
+        for event in events:
+            payload = data_of(event)
+            if payload is not None:
+                out.append(payload)
+        return out
+
+    def _translate(self, payloads: Iterable[bytes]) -> bytes:
+        """The dialect's events for the chat events whose data are `payloads`."""
         stream = self._stream
         assert stream is not None
-        if self._carry:
-            data = self._carry + data
-        if b"\r" in data:
-            data = data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-        end = data.rfind(b"\n\n")
-        if end == -1:
-            self._carry = data
-            return b""
-        self._carry = data[end + 2 :]
         out: list[bytes] = []
-        for event in data[:end].split(b"\n\n"):
-            payload = data_of(event)
-            if payload is None or self._ended:
-                continue
+        for payload in payloads:
+            if self._ended:
+                break
             if payload == _DONE:
                 out.append(stream.close())
                 self._ended = True

@@ -29,7 +29,7 @@ from jsonschema import exceptions as schema_errors
 from jsonschema import validators
 
 from gateway.errors import InvalidRequestError
-from gateway.upstream.sse import DONE, complete_events, error_event, event_json
+from gateway.sse import DONE, complete_events, error_event, event_json
 from router.cascade import Cascade
 
 __all__ = ["Check", "StreamCheck", "answers_conform", "bind_schema", "schema_check"]

@@ -23,6 +23,7 @@ import orjson
 
 from gateway.edge.exchange import Exchange
 from gateway.observability.redact import redact
+from gateway.sse import payloads
 
 LOGGER = "llmgw.requests"
 
@@ -115,16 +116,15 @@ def prompt_text(body: dict[str, Any]) -> str:
 
 
 def response_text(raw: bytes) -> str:
-    """The answer's text from a relayed JSON body or SSE stream (message content / deltas / text)."""
+    """The answer's text from a relayed JSON body or SSE stream (message content / deltas / text);
+    a stream's events are read by gateway.sse."""
     if not raw:
         return ""
-    if raw.lstrip().startswith(b"data:"):
+    if not raw.lstrip().startswith(b"{"):  # not a JSON object: a stream (which may open with a comment)
         parts: list[str] = []
-        for line in raw.split(b"\n"):
-            if not line.startswith(b"data:") or line.strip() == b"data: [DONE]":
-                continue
+        for payload in payloads(raw):
             try:
-                event = orjson.loads(line[5:])
+                event = orjson.loads(payload)
             except orjson.JSONDecodeError:
                 continue
             for ch in event.get("choices") or () if isinstance(event, dict) else ():

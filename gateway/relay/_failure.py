@@ -8,7 +8,7 @@ import contextlib
 from gateway.edge.exchange import Send, send_error
 from gateway.errors import InternalError
 from gateway.relay._context import RequestContext
-from gateway.upstream.sse import error_event
+from gateway.sse import error_event
 
 __all__ = ["answer_bug"]
 

@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
-import aiohttp
 import orjson
 
 from gateway.budget.admission import Admissions
@@ -77,8 +76,8 @@ from gateway.routing.route import Route
 from gateway.routing.table import Decided, Routes
 from gateway.tenancy.auth import Authenticator, Principal
 from gateway.upstream.calls import CallSpec, PoolCalls
-from gateway.upstream.h1 import H1Client
 from gateway.upstream.pool_client import PoolClient
+from gateway.upstream.transport import Transports
 
 if TYPE_CHECKING:
     from router.calibration import LiveCalibration  # ddsketch loads only when a live cut is used
@@ -96,7 +95,7 @@ class RelayParts:
 
     policy: Policy
     pools: dict[str, PoolClient]
-    session: aiohttp.ClientSession
+    transports: Transports  # how each replica is reached (gateway.upstream.transport)
     metrics: Metrics
     auth: Authenticator
     admissions: Admissions
@@ -106,7 +105,6 @@ class RelayParts:
     routed: dict[str, RoutedAlias] | None = None
     observer: Observer | None = None
     cache: ResponseCache | None = None
-    h1: H1Client | None = None
 
 
 class Relay:
@@ -121,7 +119,7 @@ class Relay:
         self.observer = parts.observer or Observer(parts.policy, metrics)
         trace = self._trace = self.observer.tracing
         self._routes = Routes(parts.policy, parts.pools, metrics, parts.routed)
-        calls = PoolCalls(parts.session, metrics, trace, parts.h1)
+        calls = PoolCalls(parts.transports, metrics, trace)
         self._admissions = parts.admissions
         self._admit = Admit(parts.admissions, parts.ids, parts.policy.limits.input_bytes_per_token, trace)
         answers = AnswerReader(metrics)
@@ -354,7 +352,6 @@ class Relay:
                 await self._conform.buffered(ctx, route, call, send)  # judged whole, replayed as SSE
                 return
         if ctx.stream:
-            call.strip = (not prep.client_usage, ctx.topup)
             await self._stream(ctx, route, call, send)
         else:
             await self._unary(ctx, route, call, send)

@@ -33,6 +33,7 @@ from gateway.errors import InvalidRequestError
 from gateway.observability.metrics import Metrics
 from gateway.routing.aliases import RoutedAlias
 from gateway.settings import Settings
+from gateway.sse import payloads
 from ratelimit.keys import scope_id
 from ratelimit.model import Tenant
 from ratelimit.resp import RespClient
@@ -237,7 +238,7 @@ class ResponseCache:
                 "completion_tokens": usage_out,
                 "total_tokens": usage_in + usage_out,
             }
-            entry = assemble(look.chat, data, usage)
+            entry = assemble(look.chat, payloads(data), usage)  # the cache is handed split events
             if entry is None:
                 return
         else:

@@ -1,12 +1,17 @@
-"""Calling a pool: pick a replica, make one attempt, retry before the first byte.
+"""Calling a pool: lease a replica, make one attempt, retry before the first byte.
 
-`PoolCalls` is what the relay (and a cascade step) uses to reach a pool. Everything here happens
-before the client has seen a byte, so every failure can still become a clean JSON error or a retry:
-an attempt that fails with a connect error, a disconnect, an empty stream or a 429/5xx answer is
-retried on a replica this request has not tried, up to the pool's attempt limit and within its
-retry budget; a timeout is not retried (the client already waited one). Each attempt ends with a
-verdict for the replica's breaker: `fail` (errors, timeouts, 5xx), `neutral` (429, cancellation),
-`ok`. The replica that answers is returned to the caller, who releases it when the call is over.
+`PoolCalls` is what the relay (and a cascade step, the json_schema retry, the explorer and the drift
+canary) uses to reach a pool. It builds each attempt's `Request` from the leased replica and sends it
+through the replica's transport (gateway.upstream.transport), whose failures arrive as the gateway's
+`TransportError`s. Everything here happens before the client has seen a byte, so every failure can
+still become a clean JSON error or a retry: an attempt that fails with a connect error, a disconnect,
+an empty stream or a 429/5xx answer is retried on a replica this request has not tried, up to the
+pool's attempt limit and within its retry budget; a timeout is not retried (the client already
+waited one). Each attempt ends with a verdict for the replica's breaker: `fail` (errors, timeouts,
+5xx), `neutral` (429, cancellation), `ok`.
+
+This module owns the replica's lease from acquire to release: a unary call releases it before it
+returns; an `OpenStream` holds it, with its connection, until the relay's one `close` call.
 """
 
 from __future__ import annotations
@@ -17,13 +22,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-import aiohttp
-
 from gateway.config_lora import Adapter
 from gateway.edge.exchange import Kind
-from gateway.errors import GatewayError, UpstreamError, UpstreamTimeoutError
+from gateway.errors import GatewayError, TransportError, UpstreamError, UpstreamTimeoutError
 from gateway.observability.metrics import Metrics
 from gateway.observability.tracing import NoTracing, TraceHooks
+from gateway.sse import SSESplitter
 from gateway.upstream.failures import (
     PATHS,
     RETRY_KINDS,
@@ -32,15 +36,13 @@ from gateway.upstream.failures import (
     from_upstream,
     no_capacity,
 )
-from gateway.upstream.h1 import H1Client
-from gateway.upstream.lora_loader import AdapterLoader, Post
+from gateway.upstream.lora_loader import AdapterLoader
 from gateway.upstream.pool_client import PoolClient
-from gateway.upstream.sse import SSESplitter
-from gateway.upstream.transport import UPSTREAM_FAILURES, Reply, Transports
+from gateway.upstream.transport import Reply, Request, Transports
 from pools.pool import NoCapacity
 from pools.replica import Replica
 
-__all__ = ["UPSTREAM_FAILURES", "CallSpec", "OpenStream", "PoolCalls"]
+__all__ = ["CallSpec", "OpenStream", "PoolCalls"]
 
 _T = TypeVar("_T")
 log = logging.getLogger(__name__)
@@ -67,33 +69,39 @@ class CallSpec:
     headers: dict[str, str]  # tracing adds each attempt's traceparent here
     key: int | None = None  # prefix-affinity key
     priority: int = 0  # hold-queue priority
-    strip: tuple[bool, bool] = (False, False)  # streams: the splitter's (strip_usage, strip_continuous)
     adapter: Adapter | None = None  # a LoRA adapter's request: placed by adapter, loaded on demand
 
 
-@dataclass(slots=True)
 class OpenStream:
-    """A stream whose first event is in hand; the caller relays the rest (`read` returns b"" at the
-    end) and releases `replica`."""
+    """A stream whose first event is in hand, holding its replica's lease and its connection: the
+    caller relays `first`, then reads the rest (`read` returns b"" at the end; a failure is a
+    `TransportError`), and ends it with one `close`."""
 
-    replica: Replica
-    resp: Reply
-    read: Callable[[], Awaitable[bytes]]
-    first: bytes
-    splitter: SSESplitter
+    __slots__ = ("first", "read", "_reply", "_replica", "_pool")
+
+    def __init__(self, first: bytes, reply: Reply, replica: Replica, pool: PoolClient) -> None:
+        self.first = first
+        self.read: Callable[[], Awaitable[bytes]] = reply.readany
+        self._reply = reply
+        self._replica = replica
+        self._pool = pool
+
+    def close(self, verdict: str, complete: bool, ttft: float | None) -> None:
+        """The stream is over: a `complete` one's connection is reused, any other's is dropped (which
+        is how vLLM learns nobody reads and aborts the request); the lease is released with the
+        breaker's `verdict` and the wait for the first token (seconds, None if it never came)."""
+        if complete:
+            self._reply.release()
+        else:
+            self._reply.close()
+        self._pool.replicas.release(self._replica, verdict, ttft)
 
 
 class PoolCalls:
-    def __init__(
-        self,
-        session: aiohttp.ClientSession,
-        metrics: Metrics,
-        tracing: TraceHooks | None = None,
-        h1: H1Client | None = None,
-    ) -> None:
-        self._transports = Transports(session, h1)
+    def __init__(self, transports: Transports, metrics: Metrics, tracing: TraceHooks | None = None) -> None:
+        self._transports = transports
         self._metrics = metrics
-        self._loader = AdapterLoader(_aiohttp_post(session), metrics.adapters)
+        self._loader = AdapterLoader(transports, metrics.adapters)
         self._tracing: TraceHooks = tracing or NoTracing()
 
     async def unary(self, pool: PoolClient, call: CallSpec) -> bytes:
@@ -102,14 +110,14 @@ class PoolCalls:
         pool.replicas.release(replica, "ok")
         return data
 
-    async def open_stream(self, pool: PoolClient, call: CallSpec) -> OpenStream:
-        """A stream up to its first event."""
-        _, stream = await self._with_retries(pool, call, self._stream_attempt)
-        return stream
+    async def open_stream(self, pool: PoolClient, call: CallSpec, splitter: SSESplitter) -> OpenStream:
+        """A stream up to its first event: the caller's `splitter` (its policy: what to strip) reads
+        each attempt's events (reset before another is tried); the stream holds the lease."""
+        return (await self._with_retries(pool, call, self._stream_attempt, splitter))[1]
 
-    def failed(self, pool: PoolClient, exc: BaseException, rid: str | None = None) -> GatewayError:
-        """The caller's error for a failure of the upstream client (counted by kind; its details
-        are logged with `rid`)."""
+    def failed(self, pool: PoolClient, exc: TransportError, rid: str | None = None) -> GatewayError:
+        """The caller's error for a failed exchange (counted by kind; its details are logged with
+        `rid`)."""
         return self._failed(pool, exc, rid).error
 
     async def _acquire(self, pool: PoolClient, call: CallSpec) -> Replica:
@@ -124,7 +132,8 @@ class PoolCalls:
         self,
         pool: PoolClient,
         call: CallSpec,
-        attempt: Callable[[PoolClient, CallSpec, Replica], Awaitable[_T]],
+        attempt: Callable[[PoolClient, CallSpec, Replica, SSESplitter | None], Awaitable[_T]],
+        splitter: SSESplitter | None = None,
     ) -> tuple[Replica, _T]:
         replicas = pool.replicas
         replica = await self._acquire(pool, call)
@@ -141,8 +150,8 @@ class PoolCalls:
                     with tracing.attempt(
                         call.kind, cfg.engine, cfg.model, cfg.name, replica.base, call.headers
                     ):
-                        return replica, await attempt(pool, call, replica)
-                return replica, await attempt(pool, call, replica)
+                        return replica, await attempt(pool, call, replica, splitter)
+                return replica, await attempt(pool, call, replica, splitter)
             except _Failed as failed:
                 if failed.reload and not reloaded:
                     reloaded = True  # the same replica once more: `ensure` loads the adapter again
@@ -170,7 +179,7 @@ class PoolCalls:
         self._metrics.retries.labels(name, "retried" if replica else "no_other_replica").inc()
         return replica
 
-    def _failed(self, pool: PoolClient, exc: BaseException, rid: str | None) -> _Failed:
+    def _failed(self, pool: PoolClient, exc: TransportError, rid: str | None) -> _Failed:
         err, kind = classify(exc, pool.config.name, rid)
         self._metrics.upstream_errors.labels(pool.config.name, kind).inc()
         return _Failed(err, kind in RETRY_KINDS, "fail")
@@ -198,29 +207,46 @@ class PoolCalls:
         lora = pool.config.lora
         return _Failed(err, True, "ok", reload=lora is not None and lora.runtime_loading)
 
-    async def _unary_attempt(self, pool: PoolClient, call: CallSpec, replica: Replica) -> bytes:
-        transport = self._transports.of(replica)
+    def _request(self, pool: PoolClient, call: CallSpec, replica: Replica, stream: bool) -> Request:
+        t = pool.config.timeouts
+        return Request(
+            "POST",
+            replica.base,
+            PATHS[call.kind],
+            call.headers,
+            call.payload,
+            connect_s=t.connect_s,
+            total_s=t.total_s,
+            stream=stream,
+        )
+
+    async def _unary_attempt(
+        self, pool: PoolClient, call: CallSpec, replica: Replica, _: SSESplitter | None
+    ) -> bytes:
+        request = self._request(pool, call, replica, False)
         try:
-            r = await transport.post(pool, replica, PATHS[call.kind], call.payload, call.headers)
+            r = await self._transports.of(replica).handle(request)
             try:
                 data = await r.read()
             finally:
                 r.release()
-        except UPSTREAM_FAILURES as exc:
+        except TransportError as exc:
             raise self._failed(pool, exc, _rid(call)) from None
         if r.status != 200:
             raise self._refused(pool, call, r, data, replica)
         return data
 
-    async def _stream_attempt(self, pool: PoolClient, call: CallSpec, replica: Replica) -> OpenStream:
+    async def _stream_attempt(
+        self, pool: PoolClient, call: CallSpec, replica: Replica, splitter: SSESplitter | None
+    ) -> OpenStream:
+        assert splitter is not None
         cfg = pool.config
-        splitter = SSESplitter(call.strip[0], call.strip[1], pool=cfg.name, rid=_rid(call))
-        transport = self._transports.of(replica)
+        request = self._request(pool, call, replica, True)
         resp: Reply | None = None
         try:
             try:
                 async with asyncio.timeout(cfg.timeouts.first_token_s):
-                    resp = await transport.post(pool, replica, PATHS[call.kind], call.payload, call.headers)
+                    resp = await self._transports.of(replica).handle(request)
                     if resp.status != 200:
                         raise self._refused(pool, call, resp, await resp.read(), replica)
                     first = await _first_event(resp, splitter)
@@ -231,7 +257,7 @@ class PoolCalls:
                     f"pool '{cfg.name}' sent no token within {cfg.timeouts.first_token_s:g}s"
                 )
                 raise _Failed(late, False, "fail") from None
-            except UPSTREAM_FAILURES as exc:
+            except TransportError as exc:
                 raise self._failed(pool, exc, _rid(call)) from None
             if first is None:
                 self._metrics.upstream_errors.labels(cfg.name, "empty_stream").inc()
@@ -240,24 +266,9 @@ class PoolCalls:
         except BaseException:
             if resp is not None:
                 resp.close()
+            splitter.reset()  # another replica may be tried: its stream starts from nothing
             raise
-        return OpenStream(replica, resp, resp.readany, first, splitter)
-
-
-def _aiohttp_post(session: aiohttp.ClientSession) -> Post:
-    """The adapter loader's POST on the shared session (a control call: not on a request's replica
-    connection, never retried)."""
-
-    async def post(url: str, body: bytes, headers: dict[str, str], timeout: float) -> tuple[int, bytes]:
-        try:
-            async with session.post(
-                url, data=body, headers=headers, timeout=aiohttp.ClientTimeout(total=timeout)
-            ) as r:
-                return r.status, await r.read()
-        except aiohttp.ClientError as exc:
-            raise OSError(str(exc)) from exc
-
-    return post
+        return OpenStream(first, resp, replica, pool)
 
 
 def _rid(call: CallSpec) -> str | None:

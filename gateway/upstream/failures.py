@@ -11,13 +11,11 @@ identifiers: `param`, a string `code`, and a context-length refusal (as OpenAI's
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import re
 import time
 from email.utils import parsedate_to_datetime
 
-import aiohttp
 import orjson
 
 from gateway.edge.exchange import Kind
@@ -26,12 +24,12 @@ from gateway.errors import (
     InvalidRequestError,
     RateLimitError,
     RequestTooLargeError,
+    TransportError,
     UnprocessableEntityError,
     UpstreamError,
     UpstreamTimeoutError,
     UpstreamUnavailableError,
 )
-from gateway.upstream._h1_response import BadResponse, ConnectFailed, Disconnected
 from pools.pool import NoCapacity
 
 PATHS = {
@@ -144,25 +142,15 @@ def from_upstream(
     return UpstreamError(f"pool '{pool}' failed with HTTP {status}")
 
 
-def classify(exc: BaseException, pool: str, rid: str | None = None) -> tuple[GatewayError, str]:
-    """(error for the caller, metric kind) for a failure of the upstream client; the failure's own
-    text (addresses, OS errors) is logged with the request id."""
-    err, kind = _classify(exc, pool)
-    log.warning("pool %r: %s (request %s): %s: %s", pool, kind, rid, type(exc).__name__, exc)
-    return err, kind
-
-
-def _classify(exc: BaseException, pool: str) -> tuple[GatewayError, str]:
-    if isinstance(exc, ConnectFailed | aiohttp.ClientConnectorError):
-        return UpstreamUnavailableError(f"pool '{pool}' is unreachable"), "connect"
-    if isinstance(exc, Disconnected | aiohttp.ServerDisconnectedError | aiohttp.ClientPayloadError):
-        return UpstreamError(
-            f"pool '{pool}' closed the connection before the answer was complete"
-        ), "disconnect"
-    if isinstance(exc, BadResponse):
-        return UpstreamError(f"pool '{pool}' sent {exc.reason}"), "client_error"
-    if isinstance(exc, asyncio.TimeoutError | aiohttp.ServerTimeoutError):
-        return UpstreamTimeoutError(f"pool '{pool}' did not answer in time"), "timeout"
-    if isinstance(exc, aiohttp.ClientError | OSError):
-        return UpstreamError(f"pool '{pool}' request failed: {type(exc).__name__}"), "client_error"
-    raise exc
+def classify(exc: TransportError, pool: str, rid: str | None = None) -> tuple[GatewayError, str]:
+    """(error for the caller, metric kind) for a failed exchange (a transport's error); its detail
+    (addresses, OS errors) is logged with the request id, the caller is told the pool's name."""
+    kind = exc.kind
+    log.warning("pool %r: %s (request %s): %s: %s", pool, kind, rid, type(exc).__name__, exc.detail)
+    if kind == "connect":
+        return UpstreamUnavailableError(f"pool '{pool}' is unreachable"), kind
+    if kind == "disconnect":
+        return UpstreamError(f"pool '{pool}' closed the connection before the answer was complete"), kind
+    if kind == "timeout":
+        return UpstreamTimeoutError(f"pool '{pool}' did not answer in time"), kind
+    return UpstreamError(f"pool '{pool}' sent {exc.reason}"), kind

@@ -13,11 +13,11 @@ Behaviour the relay relies on:
   request (frees its KV cache). `release()` returns a fully read connection to the pool.
 - A connection reused from the pool that the server had closed while idle fails before any byte of
   the response: the request is sent again once on a new connection (nothing was processed).
-- Failures are `H1Error` subclasses: `ConnectFailed` (could not connect), `Disconnected` (the
-  connection ended before the response was complete), `BadResponse` (unparseable); timeouts are
-  `TimeoutError`. `gateway.upstream.failures.classify` maps them like aiohttp's.
+- Failures are the gateway's own transport errors (gateway.errors), raised here, where they happen:
+  `ConnectFailed` (could not connect), `Disconnected` (the connection ended before the response was
+  complete), `BadResponse` (unparseable), `TransportTimeout` (the total timeout).
 - `total_s` bounds the whole exchange: when it expires the connection is closed and any read raises
-  `TimeoutError`.
+  `TransportTimeout`.
 - The request says `accept-encoding: identity`; a reply in any other content-encoding is a
   `BadResponse` (the relay forwards bytes, it never decompresses). `host` carries the port when it
   is not 80 and brackets an IPv6 literal. A header value holding CR or LF is refused (`ValueError`)
@@ -33,24 +33,21 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from typing import cast
+from collections.abc import Coroutine
+from typing import Any, cast
 from urllib.parse import urlsplit
 
 import httptools
 
-from gateway.upstream._h1_response import (
-    BadResponse,
-    ConnectFailed,
-    Disconnected,
-    H1Error,
-    Response,
-    check_encoding,
-)
+from gateway.errors import BadResponse, ConnectFailed, Disconnected, TransportTimeout
+from gateway.upstream.transport import Request, check_encoding
 
-__all__ = ["BadResponse", "ConnectFailed", "Disconnected", "H1Client", "H1Error", "Response"]
+__all__ = ["H1Client", "Response"]
 
 MAX_HEAD_BYTES = 64 << 10  # a response's status line and headers (vLLM's are a few hundred bytes)
 IDLE_S = 4.0  # an idle keep-alive connection older than this is closed instead of reused
+_HIGH_WATER = 1 << 20  # response bytes buffered unread before reading from the socket pauses
+_METHODS = {"POST": b"POST ", "GET": b"GET "}
 
 
 class _Conn(asyncio.Protocol):
@@ -176,6 +173,126 @@ class _Conn(asyncio.Protocol):
             self._pool.forget(self)
 
 
+class Response:
+    """One response: `status` and `headers` once `H1Client.post` returns; the body by `read` or
+    `readany`. Exactly one of `release` / `close` ends it."""
+
+    __slots__ = (
+        "status", "headers", "_conn", "_chunks", "_size", "_complete", "_error", "_waiter", "_timer",
+        "_whole",
+    )  # fmt: skip
+
+    def __init__(self, conn: _Conn) -> None:
+        self.status = 0
+        self.headers: dict[bytes, bytes] = {}
+        self._conn: _Conn | None = conn
+        self._chunks: list[bytes] = []
+        self._size = 0
+        self._complete = False
+        self._error: BaseException | None = None
+        self._waiter: asyncio.Future[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._whole = False  # read() wants the whole body: never pause reading for it
+
+    def header(self, name: bytes) -> str | None:
+        value = self.headers.get(name)
+        return value.decode("latin-1") if value is not None else None
+
+    @property
+    def complete(self) -> bool:
+        return self._complete
+
+    # -- fed by the connection ---------------------------------------------------------------
+    def _wake(self) -> None:
+        w = self._waiter
+        if w is not None and not w.done():
+            w.set_result(None)
+
+    def _feed(self, body: bytes) -> None:
+        self._chunks.append(body)
+        self._size += len(body)
+        if self._size > _HIGH_WATER and not self._whole and self._conn is not None:
+            self._conn.pause()
+        self._wake()
+
+    def _finish(self) -> None:
+        self._complete = True
+        self._wake()
+
+    def _fail(self, error: BaseException) -> None:
+        if self._error is None and not self._complete:
+            self._error = error
+        self._wake()
+
+    # -- read by the caller ------------------------------------------------------------------
+    async def _wait(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._waiter = loop.create_future()
+        try:
+            await self._waiter
+        finally:
+            self._waiter = None
+
+    async def readany(self) -> bytes:
+        """What has arrived since the last call (waiting for something); b"" once the body is done."""
+        while not self._chunks:
+            if self._complete:
+                return b""
+            if self._error is not None:
+                raise self._error
+            await self._wait()
+        out = self._chunks[0] if len(self._chunks) == 1 else b"".join(self._chunks)
+        self._chunks.clear()
+        self._size = 0
+        if self._conn is not None:
+            self._conn.resume()
+        return out
+
+    async def read(self) -> bytes:
+        """The whole body."""
+        self._whole = True
+        if self._conn is not None:
+            self._conn.resume()
+        while not self._complete:
+            if self._error is not None:
+                raise self._error
+            await self._wait()
+        out = self._chunks[0] if len(self._chunks) == 1 else b"".join(self._chunks)
+        self._chunks.clear()
+        return out
+
+    def release(self) -> None:
+        """Done reading: a complete response gives its connection back for reuse, else closes it."""
+        conn, self._conn = self._conn, None
+        self._cancel_timer()
+        if conn is not None:
+            if self._complete and self._error is None:
+                conn.reusable()
+            else:
+                conn.close()
+
+    def close(self) -> None:
+        """Drop the connection (the server sees the client leave and stops working on the request)."""
+        conn, self._conn = self._conn, None
+        self._cancel_timer()
+        if conn is not None:
+            conn.close()
+
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _expire(self) -> None:
+        self._timer = None
+        conn, self._conn = self._conn, None
+        error = TransportTimeout("the upstream exchange exceeded its total timeout")
+        if conn is not None:
+            conn._abort(error)  # wakes a caller waiting for headers or body with the timeout
+        else:
+            self._fail(error)
+
+
 class _HostPool:
     """Idle keep-alive connections to one host:port (most recently used last: warm sockets first)."""
 
@@ -248,10 +365,22 @@ class H1Client:
             async with asyncio.timeout(connect_s):
                 transport, conn = await loop.create_connection(lambda: _Conn(pool), pool.host, pool.port)
         except (OSError, TimeoutError) as exc:
-            raise ConnectFailed(pool.host, pool.port, exc) from None
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc) or "timeout"
+            raise ConnectFailed(f"cannot connect to {pool.host}:{pool.port}: {reason}") from None
         if conn.transport is None:
             conn.connection_made(transport)  # uvloop may call it only after create_connection returns
         return conn
+
+    def handle(self, request: Request) -> Coroutine[Any, Any, Response]:
+        """The transport seam (gateway.upstream.transport): the request sent, done once the status and
+        headers are in. (The client's own coroutine: no extra frame per call.)"""
+        return self._request(
+            _METHODS[request.method],
+            (request.base, request.path),
+            request.headers,
+            request.body,
+            (request.connect_s, request.total_s),
+        )
 
     async def post(
         self,

@@ -5,36 +5,35 @@ adapter that its picked replica does not serve loads it there first. Concurrent 
 one load (one future per replica and adapter); vLLM's "has already been loaded" (another gateway
 replica was faster, or the engine started with it) counts as success. The gateway never unloads:
 vLLM's LRU decides which adapters sit in its `--max-loras` slots. A failed load is a 502 naming the
-adapter (the replica is not blamed: its breaker sees nothing).
+adapter (the replica is not blamed: its breaker sees nothing). The load is a control call through the
+replica's transport (gateway.upstream.transport), never retried.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
 
 import orjson
 
 from gateway.config_lora import Adapter
-from gateway.errors import UpstreamError
+from gateway.errors import TransportError, UpstreamError
 from gateway.observability.adapter_metrics import AdapterMetrics
 from gateway.upstream.failures import LOG_TEXT_MAX
 from gateway.upstream.pool_client import PoolClient
+from gateway.upstream.transport import Request, Transports
 from pools.replica import Replica
 
-__all__ = ["AdapterLoader", "Post"]
+__all__ = ["AdapterLoader"]
 
 log = logging.getLogger(__name__)
 
-# (url, JSON body, headers, timeout s) -> (status, body); raises OSError/TimeoutError when unreachable.
-Post = Callable[[str, bytes, dict[str, str], float], Awaitable[tuple[int, bytes]]]
 _ALREADY = b"has already been loaded"
 
 
 class AdapterLoader:
-    def __init__(self, post: Post, metrics: AdapterMetrics) -> None:
-        self._post = post
+    def __init__(self, transports: Transports, metrics: AdapterMetrics) -> None:
+        self._transports = transports
         self._metrics = metrics
         self._loading: dict[tuple[int, str], asyncio.Future[None]] = {}
 
@@ -67,11 +66,23 @@ class AdapterLoader:
         cfg = pool.config
         assert cfg.lora is not None and replica.adapters is not None
         body = orjson.dumps({"lora_name": adapter.name, "lora_path": adapter.source})
+        timeout = cfg.lora.load_timeout_s
+        request = Request(
+            "POST",
+            replica.base,
+            "/v1/load_lora_adapter",
+            pool.headers,
+            body,
+            connect_s=min(cfg.timeouts.connect_s, timeout),
+            total_s=timeout,
+        )
         try:
-            status, text = await self._post(
-                replica.url("/v1/load_lora_adapter"), body, pool.headers, cfg.lora.load_timeout_s
-            )
-        except (OSError, TimeoutError) as exc:
+            reply = await self._transports.of(replica).handle(request)
+            try:
+                status, text = reply.status, await reply.read()
+            finally:
+                reply.release()
+        except TransportError as exc:
             self._count(cfg.name, adapter.name, "failed")
             log.warning("pool %r: loading %r on %s failed: %r", cfg.name, adapter.name, replica.base, exc)
             raise _failed(pool, adapter, "the replica did not answer") from None

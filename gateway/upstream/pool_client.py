@@ -1,11 +1,11 @@
-"""The shared upstream HTTP client, the per-pool client, and the mapping of failures to errors.
+"""The per-pool client, and the replicas' /metrics fetch.
 
-One `aiohttp.ClientSession` per process, built in the app lifespan and closed on shutdown. aiohttp
-was chosen by measurement (design §5): on one pinned core a bare relay did 9,028 req/s through
-aiohttp and 743 req/s through httpx. Each pool gets its own timeouts and auth header; the client's
-Authorization header is never forwarded. Which replica serves a request is the pool's business
-(`pools.ReplicaPool`: live load, prefix affinity, breakers, hold queue); `PoolClient` ties it to
-the pool's config and computes the affinity key only for pools that use it.
+Each pool gets its own timeouts and auth header; the client's Authorization header is never
+forwarded. Which replica serves a request is the pool's business (`pools.ReplicaPool`: live load,
+prefix affinity, breakers, hold queue); `PoolClient` ties it to the pool's config and computes the
+affinity key only for pools that use it. How a replica is reached is its transport's
+(gateway.upstream.transport); an `engine: litellm` pool's replicas are `litellm://<pool>/<i>`, one per
+configured `api_base`, served in-process (gateway.upstream.hosted).
 """
 
 from __future__ import annotations
@@ -15,15 +15,13 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-import aiohttp
 import httpx
 
 from gateway.config import Pool
 from gateway.config_lora import Lora
-from gateway.errors import GatewayError
-from gateway.upstream._h1_response import H1Error
-from gateway.upstream.h1 import IDLE_S, H1Client
-from gateway.upstream.hosted import replica_paths
+from gateway.errors import GatewayError, TransportError
+from gateway.upstream.h1 import H1Client
+from gateway.upstream.transport import HOSTED_SCHEME
 from pools.affinity import prefix_key
 from pools.discovery import Discovery, StaticDiscovery, discovery_for
 from pools.lora import LoraPicking
@@ -33,35 +31,12 @@ from pools.scraper import Fetch, httpx_fetch
 from pools.spec_decode import DEFAULT_WINDOW_S
 
 
-def new_session(pool_size: int, keepalive_s: float = IDLE_S) -> aiohttp.ClientSession:
-    """aiohttp for TLS replicas. It never decompresses (the relay forwards the pool's bytes), so it
-    asks for identity: an absent accept-encoding would allow any coding (RFC 9110 §12.5.3). Idle
-    connections go after `keepalive_s`, before uvicorn's 5 s keep-alive closes them under a request."""
-    connector = aiohttp.TCPConnector(
-        limit=pool_size,
-        limit_per_host=0,
-        ttl_dns_cache=30,
-        enable_cleanup_closed=True,
-        keepalive_timeout=keepalive_s,
-    )
-    return aiohttp.ClientSession(
-        connector=connector,
-        # Per-request timeouts come from the pool; the session default only guards stray calls.
-        timeout=aiohttp.ClientTimeout(total=600),
-        headers={"accept-encoding": "identity"},
-        skip_auto_headers=("User-Agent",),
-        auto_decompress=False,
-        raise_for_status=False,
-    )
-
-
 @dataclass(slots=True)
 class PoolClient:
     """How to reach one pool: its live replica set, auth, timeouts."""
 
     config: Pool
     headers: dict[str, str]
-    timeout: aiohttp.ClientTimeout
     replicas: ReplicaPool
     runtime: PoolRuntime
     affinity_chars: int  # 0 = the pool does not use prefix affinity: skip computing the key
@@ -72,9 +47,7 @@ class PoolClient:
         pool: Pool,
         environ: dict[str, str] | os._Environ[str] = os.environ,
         rand: random.Random | None = None,
-        hosted_base: str = "",
     ) -> PoolClient:
-        """`hosted_base`: the LiteLLM bridge's URL (gateway.upstream.hosted), for `engine: litellm` pools."""
         headers = {"content-type": "application/json"}
         if pool.api_key_env:
             key = environ.get(pool.api_key_env)
@@ -85,7 +58,6 @@ class PoolClient:
                     f"pool '{pool.name}': environment variable {pool.api_key_env} holds a CR or LF"
                 )
             headers["authorization"] = f"Bearer {key}"
-        t = pool.timeouts
         spec = pool.speculative
         lora = pool.lora
         replicas = ReplicaPool(
@@ -102,7 +74,7 @@ class PoolClient:
         )
         discovery: Discovery
         if pool.engine == "litellm":
-            discovery = StaticDiscovery([hosted_base + path for path in replica_paths(pool)])
+            discovery = StaticDiscovery(hosted_replicas(pool))
         else:
             assert pool.endpoints is not None  # the config requires them
             discovery = discovery_for(pool.endpoints)
@@ -112,7 +84,6 @@ class PoolClient:
         return cls(
             config=pool,
             headers=headers,
-            timeout=aiohttp.ClientTimeout(total=t.total_s, connect=t.connect_s, sock_connect=t.connect_s),
             replicas=replicas,
             # Only vLLM replicas export the load the picker reads.
             runtime=PoolRuntime(
@@ -133,6 +104,13 @@ class PoolClient:
 
     async def close(self) -> None:
         await self.runtime.close()
+
+
+def hosted_replicas(pool: Pool) -> list[str]:
+    """An `engine: litellm` pool's replicas: one per configured `api_base` (or one using the
+    provider's default), `litellm://<pool>/<i>`; gateway.upstream.hosted maps them back."""
+    bases = pool.endpoints.static if pool.endpoints is not None else []
+    return [f"{HOSTED_SCHEME}{pool.name}/{i}" for i in range(max(1, len(bases)))]
 
 
 def _picking(lora: Lora) -> LoraPicking:
@@ -164,7 +142,7 @@ def metrics_fetch(h1: H1Client | None, control: httpx.AsyncClient) -> Fetch:
                 data = await resp.read()
             finally:
                 resp.release()
-        except (H1Error, TimeoutError, OSError):
+        except TransportError:
             return None
         return data.decode("utf-8", "replace") if resp.status == 200 else None
 

@@ -25,6 +25,7 @@ LAYERS: list[tuple[str, ...]] = [
         "gateway.config_refs",
         "gateway.config_drift",
         "gateway.settings",
+        "gateway.sse",
     ),
     (
         "gateway.edge.exchange",

@@ -11,6 +11,7 @@ from cache.entry import assemble, replay, split_question, usage_of, with_questio
 from cache.exact import MemoryExactStore
 from cache.key import exact_key, is_deterministic, semantic_scope
 from cache.policy import uses_cache
+from gateway.sse import payloads
 
 BODY = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "temperature": 0}
 
@@ -104,7 +105,7 @@ def test_stream_assembles_to_a_completion_and_replays_back() -> None:
         {**head, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
     )
     usage = {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}
-    entry = assemble(True, sse, usage)
+    entry = assemble(True, payloads(sse), usage)
     assert entry is not None
     body = orjson.loads(entry)
     assert body["object"] == "chat.completion" and body["id"] == "c1"
@@ -130,7 +131,7 @@ def test_tool_calls_survive_assembly_and_replay() -> None:
         {**head, "choices": [{"index": 0, "delta": {"tool_calls": [more]}}]},
         {**head, "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]},
     )
-    entry = assemble(True, sse, {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2})
+    entry = assemble(True, payloads(sse), {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2})
     assert entry is not None
     msg = orjson.loads(entry)["choices"][0]["message"]
     assert msg["content"] is None
@@ -144,10 +145,10 @@ def test_tool_calls_survive_assembly_and_replay() -> None:
 def test_cut_or_failed_streams_are_not_stored() -> None:
     head = {"id": "c3", "created": 1, "model": "m"}
     unfinished = _sse({**head, "choices": [{"index": 0, "delta": {"content": "par"}, "finish_reason": None}]})
-    assert assemble(True, unfinished, {}) is None
+    assert assemble(True, payloads(unfinished), {}) is None
     failed = unfinished + b'data: {"error": {"message": "boom"}}\n\n'
-    assert assemble(True, failed, {}) is None
-    assert assemble(True, b"data: {not json\n\n", {}) is None
+    assert assemble(True, payloads(failed), {}) is None
+    assert assemble(True, payloads(b"data: {not json\n\n"), {}) is None
 
 
 def test_completions_replay() -> None:

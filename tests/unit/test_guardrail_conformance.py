@@ -100,7 +100,7 @@ def test_schema_scorer_escalates_a_violation_and_accepts_the_last_tier() -> None
 @pytest.mark.parametrize("sep", [b"\r\n\r\n", b"\r\r", b"\n\n"])
 @pytest.mark.parametrize("space", [b" ", b""])
 def test_stream_check_reads_every_sse_framing(sep: bytes, space: bytes) -> None:
-    # A pool's framing is relayed as it came (gateway.upstream.sse): the check must read it all.
+    # A pool's framing is relayed as it came (gateway.sse): the check must read it all.
     check = schema_check(_body())
     assert check is not None
     events = [{"choices": [{"index": 0, "delta": {"content": c}}]} for c in ('{"city": ', '"Oslo"}')]

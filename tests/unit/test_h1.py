@@ -8,7 +8,8 @@ from collections.abc import Awaitable, Callable
 import httpx
 import pytest
 
-from gateway.upstream.h1 import BadResponse, ConnectFailed, Disconnected, H1Client
+from gateway.errors import BadResponse, ConnectFailed, Disconnected, TransportTimeout
+from gateway.upstream.h1 import H1Client
 from gateway.upstream.pool_client import metrics_fetch
 from tests.support.raw_http import ok, read_request
 
@@ -133,7 +134,7 @@ async def test_failures_are_typed() -> None:
     server.close()
 
     server, base = await _serve(silent)
-    with pytest.raises(TimeoutError):
+    with pytest.raises(TransportTimeout):
         await client.post(base, "/p", b"", {}, connect_s=1, total_s=0.2)
     server.close()
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from gateway.upstream.sse import DONE, SSESplitter
+from gateway.sse import DONE, SSESplitter
 
 
 def ev(obj: object) -> bytes:

@@ -10,8 +10,8 @@ import re
 import orjson
 import pytest
 
-from gateway.upstream._h1_response import BadResponse
-from gateway.upstream.sse import DONE, EventTooLarge, SSESplitter, data_of
+from gateway.errors import BadResponse
+from gateway.sse import DONE, EventTooLarge, SSESplitter, data_of
 
 USAGE = {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}
 

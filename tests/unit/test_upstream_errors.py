@@ -10,9 +10,9 @@ from email.utils import formatdate
 import orjson
 import pytest
 
-from gateway.upstream._h1_response import BadResponse, ConnectFailed, Disconnected
+from gateway.errors import BadResponse, ConnectFailed, Disconnected, TransportError, TransportTimeout
+from gateway.sse import EventTooLarge
 from gateway.upstream.failures import RETRY_AFTER_MAX_S, clamp_retry_after, classify, from_upstream
-from gateway.upstream.sse import EventTooLarge
 
 SECRET = "failed at http://vllm-0.internal:8000/v1 with token sk-internal-0123456789 on host gpu-7"
 
@@ -104,7 +104,10 @@ def test_a_pools_429_and_503_pass_a_clamped_retry_after() -> None:
     ("exc", "kind", "message"),
     [
         (
-            ConnectFailed("10.1.2.3", 19101, ConnectionRefusedError(errno.ECONNREFUSED, "refused")),
+            ConnectFailed(
+                "cannot connect to 10.1.2.3:19101: "
+                + ConnectionRefusedError(errno.ECONNREFUSED, "refused").strerror
+            ),
             "connect",
             "unreachable",
         ),
@@ -115,15 +118,17 @@ def test_a_pools_429_and_503_pass_a_clamped_retry_after() -> None:
             "compressed",
         ),
         (EventTooLarge(2 << 20, 1 << 20), "client_error", "larger than 1024 KiB"),
-        (TimeoutError(), "timeout", "in time"),
+        (TransportTimeout("the exchange exceeded its total timeout"), "timeout", "in time"),
     ],
 )
 def test_transport_failures_hide_addresses_and_log_them(
-    exc: BaseException, kind: str, message: str, caplog: pytest.LogCaptureFixture
+    exc: TransportError, kind: str, message: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     err, got = classify(exc, "small", "req-9")
     assert got == kind and message in err.message
     assert "10.1.2.3" not in err.message and "19101" not in err.message
+    # The transport's error is one of the gateway's: rendered as it is, it names no address either.
+    assert "10.1.2.3" not in exc.body().decode() and "19101" not in exc.body().decode()
     assert any("req-9" in r.getMessage() for r in caplog.records)
     if isinstance(exc, ConnectFailed):
         assert any("10.1.2.3:19101" in r.getMessage() for r in caplog.records)

@@ -1,6 +1,7 @@
-"""One conformance suite for the relay's two upstream transports (gateway.upstream.transport): the lean
+"""One conformance suite for the relay's two HTTP transports (gateway.upstream.transport): the lean
 HTTP/1.1 client and aiohttp must behave the same against servers that do what HTTP/1.1 allows and
-what it does not. Each behaviour is one test, run against both; the servers are asyncio servers on
+what it does not, behind the same seam (a `Request` in, a `Reply` out, failures as the gateway's
+`TransportError`s). Each behaviour is one test, run against both; the servers are asyncio servers on
 real local ports, written here byte for byte. Waits poll with generous deadlines; nothing asserts
 on how long something took."""
 
@@ -15,13 +16,12 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from gateway.config import Pool
-from gateway.upstream._h1_response import BadResponse
+from gateway.errors import BadResponse, TransportError, TransportTimeout
+from gateway.sse import SSESplitter
+from gateway.upstream.aio import AiohttpTransport, new_session
 from gateway.upstream.failures import classify
 from gateway.upstream.h1 import H1Client
-from gateway.upstream.pool_client import PoolClient, new_session
-from gateway.upstream.sse import SSESplitter
-from gateway.upstream.transport import UPSTREAM_FAILURES, AiohttpTransport, H1Transport, Reply, Transport
+from gateway.upstream.transport import Reply, Request, Transport
 from tests.support.raw_http import ok, read_request
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
@@ -112,26 +112,20 @@ class Firehose:
 class Client:
     transport: Transport
 
-    async def post(self, base: str, body: bytes = b"{}", headers: dict[str, str] | None = None) -> Reply:
-        pool = PoolClient.build(
-            Pool.model_validate(
-                {
-                    "name": "p",
-                    "model": "m",
-                    "endpoints": {"static": [base]},
-                    "timeouts": {"connect_s": 2, "first_token_s": 5, "total_s": 10},
-                }
-            )
+    async def post(
+        self, base: str, body: bytes = b"{}", headers: dict[str, str] | None = None, total_s: float = 10
+    ) -> Reply:
+        request = Request(
+            "POST", base, "/v1/chat/completions", headers or {}, body, connect_s=2, total_s=total_s
         )
-        replica = pool.replicas.replicas[0]
-        return await self.transport.post(pool, replica, "/v1/chat/completions", body, headers or {})
+        return await self.transport.handle(request)
 
 
 @pytest.fixture(params=["h1", "aiohttp"])
 async def client(request: pytest.FixtureRequest) -> AsyncIterator[Client]:
     if request.param == "h1":
         h1 = H1Client(idle_s=IDLE_S)
-        yield Client(H1Transport(h1))
+        yield Client(h1)
         h1.close()
     else:
         session = new_session(16, keepalive_s=IDLE_S)
@@ -272,7 +266,7 @@ async def test_a_huge_header_block_is_an_upstream_error(client: Client, headers:
         base,
         _,
     ):
-        with pytest.raises(UPSTREAM_FAILURES) as info:
+        with pytest.raises(TransportError) as info:
             resp = await client.post(base)
             await resp.read()
     err, _ = classify(info.value, "p")
@@ -283,7 +277,7 @@ async def test_an_endless_header_block_is_cut_not_buffered(client: Client) -> No
     # 100,000 headers, ~10 MB, never a blank line.
     server = Firehose(b"HTTP/1.1 200 OK\r\n", (b"x-h%d: %s\r\n" % (i, b"v" * 90) for i in range(100_000)))
     async with custom(server) as base:
-        with pytest.raises(UPSTREAM_FAILURES):
+        with pytest.raises(TransportError):
             await client.post(base)
         await asyncio.wait_for(server.gone.wait(), 10)
     assert server.sent < 5_000_000  # the client hung up long before the server ran out of headers
@@ -368,7 +362,7 @@ async def test_a_slow_reader_holds_the_server_back_and_its_close_reaches_the_ser
     assert server.sent < total
 
 
-async def test_failures_are_upstream_failures_the_caller_maps(client: Client) -> None:
+async def test_failures_are_the_gateways_transport_errors(client: Client) -> None:
     async def early_close(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
         await read_request(r)
         w.write(b"HTTP/1.1 200 OK\r\ncontent-length: 100\r\n\r\npartial")
@@ -377,8 +371,35 @@ async def test_failures_are_upstream_failures_the_caller_maps(client: Client) ->
 
     async with custom(early_close) as base:
         resp = await client.post(base)
-        with pytest.raises(UPSTREAM_FAILURES) as info:
+        with pytest.raises(TransportError) as info:
             await resp.read()
         resp.close()
     err, kind = classify(info.value, "p")
     assert kind == "disconnect" and err.status == 502
+
+
+async def test_a_refused_connection_is_a_connect_failure(client: Client) -> None:
+    async with custom(lambda r, w: asyncio.sleep(0)) as base:
+        pass  # the server is gone: its port refuses
+    with pytest.raises(TransportError) as info:
+        await client.post(base)
+    err, kind = classify(info.value, "p")
+    assert kind == "connect" and err.status == 503
+
+
+async def test_the_total_timeout_is_a_transport_timeout(client: Client) -> None:
+    async def silent(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        await read_request(r)
+        w.write(b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nfirst\r\n")
+        await w.drain()
+        await asyncio.sleep(5)
+
+    async with custom(silent) as base:
+        resp = await client.post(base, total_s=0.5)
+        assert await resp.readany() == b"first"
+        with pytest.raises(TransportTimeout) as info:
+            while await resp.readany():
+                pass
+        resp.close()
+    err, kind = classify(info.value, "p")
+    assert kind == "timeout" and err.status == 504

@@ -1,4 +1,13 @@
-"""Server-sent events from a pool, relayed as bytes.
+"""Server-sent events: the one place the gateway splits SSE bytes into events.
+
+Every runtime reader of events reads them through this module: the relay's stream (`SSESplitter`,
+built with the relay's policy in gateway/relay/_stream.py, fed by gateway.upstream.calls until the
+first event), the dialects (the events the splitter found, handed over with the relayed bytes; or
+`complete_events` for bytes the gateway wrote itself), the json_schema stream check
+(`complete_events`, `event_json`), the response cache (`payloads` of a captured stream: `cache/`
+never imports the gateway, it is handed the payloads) and the request log (`payloads`). It sits in
+the lowest layer (it imports only gateway.errors) so that all of them may import it;
+tests/unit/test_sse_single_reader.py checks that no other runtime module splits SSE.
 
 The gateway never re-serializes content chunks: it splits the upstream byte stream at event
 boundaries, forwards complete events as they are, and looks inside only for the usage object (to
@@ -22,11 +31,12 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Iterator
 from typing import Any
 
 import orjson
 
-from gateway.upstream._h1_response import BadResponse
+from gateway.errors import BadResponse
 
 DONE = b"data: [DONE]\n\n"
 _SEP = b"\n\n"
@@ -109,6 +119,15 @@ def event_json(event: bytes) -> dict[str, Any] | None:
     return parsed if isinstance(parsed, dict) else None
 
 
+def payloads(sse: bytes) -> Iterator[bytes]:
+    """The data of each data event of a whole stream (a captured answer), in order; `[DONE]`,
+    comments and field-only events left out, and an unfinished last event too."""
+    for event in complete_events(sse)[0]:
+        data = data_of(event)
+        if data is not None and data != b"[DONE]":
+            yield data
+
+
 def complete_events(buf: bytes) -> tuple[list[bytes], bytes]:
     """The complete events at the start of `buf` (any of SSE's line ends), and the unfinished rest."""
     end = _last_boundary(buf, 0)
@@ -126,11 +145,13 @@ def _last_boundary(buf: bytes, start: int) -> int:
 
 
 class SSESplitter:
-    """Incremental splitter for one upstream stream."""
+    """Incremental splitter for one upstream stream. Its policy is its caller's (the relay's): cut the
+    usage-only chunk (`strip_usage`), strip per-chunk usage the gateway asked for (`strip_continuous`).
+    `KeepingSplitter` also hands over each forwarded event's data."""
 
     __slots__ = (
         "_buf", "strip_usage", "strip_continuous", "usage", "saw_done", "error", "events", "meta",
-        "pool", "rid", "max_event",
+        "pool", "rid", "max_event", "kept",
     )  # fmt: skip
 
     def __init__(
@@ -155,6 +176,17 @@ class SSESplitter:
         self.pool = pool  # for the error message and the log line of a mid-stream error
         self.rid = rid
         self.max_event = max_event
+        # KeepingSplitter's: the data of each event forwarded since the last `take` ([DONE] included).
+        self.kept: list[bytes] | None = None
+
+    def reset(self) -> None:
+        """Forget a stream abandoned before its first event (another replica is tried)."""
+        self._buf = b""
+        self.usage = self.error = self.meta = None
+        self.saw_done = False
+        self.events = 0
+        if self.kept is not None:
+            self.kept = []
 
     @property
     def produced(self) -> int:
@@ -165,22 +197,6 @@ class SSESplitter:
             if isinstance(ct, int):
                 return ct
         return self.events
-
-    def length_tail(self, chat: bool, client_usage: bool, choices: int) -> bytes:
-        """The end of a stream cut by the budget: a `finish_reason: "length"` chunk, usage, [DONE]."""
-        meta = self.meta or {}
-        head = {k: meta[k] for k in ("id", "object", "created", "model") if k in meta}
-        out = b""
-        for i in range(choices):
-            choice: dict[str, Any] = (
-                {"index": i, "delta": {}, "logprobs": None, "finish_reason": "length"}
-                if chat
-                else {"index": i, "text": "", "logprobs": None, "finish_reason": "length"}
-            )
-            out += b"data: " + orjson.dumps({**head, "choices": [choice]}) + _SEP
-        if client_usage and self.usage is not None:
-            out += b"data: " + orjson.dumps({**head, "choices": [], "usage": self.usage}) + _SEP
-        return out + DONE
 
     def feed(self, data: bytes) -> tuple[bytes, bool]:
         """Complete events to forward now, and whether any of them carried generated output.
@@ -275,6 +291,7 @@ class SSESplitter:
         """`feed` for any framing: each event read by the spec, forwarded as it came unless it is the
         usage chunk to cut, a continuous-usage chunk to strip or an error to normalize."""
         out: list[bytes] = []
+        kept = self.kept
         start = 0
         outputs = 0
         for m in _BOUNDARY.finditer(body):
@@ -286,11 +303,15 @@ class SSESplitter:
             if data == b"[DONE]":
                 self.saw_done = True
                 out.append(event)
+                if kept is not None:
+                    kept.append(data)
                 continue
             piece = self._data_event(event, data)
             if piece is not None:
                 outputs += 1
                 out.append(piece)
+                if kept is not None:  # a piece written here (stripped, normalized) is `data: <json>\n\n`
+                    kept.append(data if piece is event else piece[6:-2])
         out.append(body[start:])  # a lone LF (see `_split`); else b""
         self.events += outputs
         return b"".join(out), outputs > 0
@@ -334,3 +355,30 @@ class SSESplitter:
 
     def leftover(self) -> bytes:
         return self._buf
+
+
+class KeepingSplitter(SSESplitter):
+    """An `SSESplitter` that also keeps the data of each event it forwards, for a reader that needs
+    the events themselves (a dialect's translator: gateway.dialects.exchange) and must not split the
+    relayed bytes again. Every read goes event by event (a dialect's stream has usage in every chunk:
+    the common path would not apply anyway)."""
+
+    __slots__ = ()
+
+    def __init__(self, strip_usage: bool, strip_continuous: bool = False, **kw: Any) -> None:
+        super().__init__(strip_usage, strip_continuous, **kw)
+        self.kept = []
+
+    def feed(self, data: bytes) -> tuple[bytes, bool]:
+        if self._buf or not data.endswith(_SEP):
+            data = self._split(data)
+            if not data:
+                return data, False
+        return self._by_event(data)
+
+    def take(self) -> list[bytes]:
+        """The data of the events forwarded since the last call, in order (`[DONE]` included)."""
+        kept = self.kept
+        assert kept is not None
+        self.kept = []
+        return kept
