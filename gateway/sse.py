@@ -365,8 +365,16 @@ class KeepingSplitter(SSESplitter):
 
     __slots__ = ()
 
-    def __init__(self, strip_usage: bool, strip_continuous: bool = False, **kw: Any) -> None:
-        super().__init__(strip_usage, strip_continuous, **kw)
+    def __init__(
+        self,
+        strip_usage: bool,
+        strip_continuous: bool = False,
+        *,
+        pool: str = "",
+        rid: str | None = None,
+        max_event: int = MAX_EVENT_BYTES,
+    ) -> None:
+        super().__init__(strip_usage, strip_continuous, pool=pool, rid=rid, max_event=max_event)
         self.kept = []
 
     def feed(self, data: bytes) -> tuple[bytes, bool]:
