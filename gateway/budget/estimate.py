@@ -27,6 +27,7 @@ here text bytes become tokens at a rate learnt from what the pool reported (docs
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from dataclasses import dataclass
 
 
@@ -51,12 +52,7 @@ MAX_EXCESS = 512  # the most template tokens beyond the allowance a sample may t
 
 def _band(text_bytes: int) -> int:
     """The size band of a prompt: -1 under BANDS[0], else the index of the highest bound reached."""
-    i = -1
-    for bound in BANDS:
-        if text_bytes < bound:
-            break
-        i += 1
-    return i
+    return bisect_right(BANDS, text_bytes) - 1
 
 
 class _Band:
@@ -151,9 +147,11 @@ class PoolEstimate:
 
     def tokens(self, size: InputSize) -> int:
         """An upper bound of the prompt's tokens on this pool."""
-        if not size.text_bytes:
+        text = size.text_bytes
+        if not text:
             return size.fixed
-        return self._class(size).tokens(size.text_bytes) + size.fixed
+        rate = self._wide if size.extra_bytes * 8 > text else self._narrow  # _class, inlined: per request
+        return rate.tokens(text) + size.fixed
 
     def observe(self, size: InputSize, prompt_tokens: int) -> None:
         """What the pool reported for a prompt of `size` (truthful, validated usage only)."""

@@ -14,11 +14,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from prometheus_client import Counter
-
 from gateway.edge.exchange import Exchange, Kind
 from gateway.guardrails.plan import GuardPlan, GuardTable
 from gateway.guardrails.screen import Event, screen
+from gateway.observability.lean import CounterChild
 from gateway.observability.metrics import Metrics
 from gateway.observability.tracing import TraceHooks
 
@@ -29,7 +28,7 @@ class InputGuard:
     def __init__(self, table: GuardTable, metrics: Metrics, tracing: TraceHooks) -> None:
         self.table = table
         self._events = metrics.guardrail_events
-        self._children: dict[tuple[str, str], Counter] = {}
+        self._children: dict[tuple[str, str], CounterChild] = {}
         self._trace = tracing
 
     def plan(self, req: Exchange, alias: str) -> GuardPlan | None:

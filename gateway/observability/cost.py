@@ -23,11 +23,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from gateway.config import Policy
+from gateway.observability.lean import Counter, CounterChild
 from router.config import Price
 
 
@@ -35,11 +36,11 @@ from router.config import Price
 class _OrgPool:
     """Pre-labelled children of one (org, pool)."""
 
-    cost: Counter
-    accepted: Counter
-    rejected: Counter
-    tokens_in: Counter
-    tokens_out: Counter
+    cost: CounterChild
+    accepted: CounterChild
+    rejected: CounterChild
+    tokens_in: CounterChild
+    tokens_out: CounterChild
 
 
 @dataclass(slots=True)
@@ -80,7 +81,7 @@ class CostMetrics:
             "llmgw_org_requests", "Requests per org by HTTP status (429 = budgets)", ["org", "code"],
             registry=registry,
         )  # fmt: skip
-        self._answer_children: dict[tuple[str, int], Counter] = {}
+        self._answer_children: dict[tuple[str, int], CounterChild] = {}
         self.feedback = Counter(
             "llmgw_feedback",
             "Feedback received, by pool and verdict",

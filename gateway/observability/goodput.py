@@ -25,10 +25,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry
 
 from gateway.config import Policy, SloClass
 from gateway.edge.exchange import Exchange
+from gateway.observability.lean import Counter, CounterChild
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,8 +77,8 @@ class SloChildren:
     """One alias on one pool: its targets and its two pre-labelled counters."""
 
     targets: SloTargets
-    met: Counter
-    missed: Counter
+    met: CounterChild
+    missed: CounterChild
 
     def record(self, req: Exchange) -> bool | None:
         """Judge one finished request and count it; returns the verdict (None = not judged)."""

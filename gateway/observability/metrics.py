@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry
 
 from gateway.config import Policy
 from gateway.observability._buckets import E2E_BUCKETS, OVERHEAD_BUCKETS, TPOT_BUCKETS, TTFT_BUCKETS
@@ -18,6 +18,14 @@ from gateway.observability._learning_metrics import LearningMetrics
 from gateway.observability.adapter_metrics import AdapterMetrics
 from gateway.observability.collectors import FailoverCollector, PoolsCollector
 from gateway.observability.drift_metrics import DriftGauges
+from gateway.observability.lean import (
+    Counter,
+    CounterChild,
+    Gauge,
+    GaugeChild,
+    Histogram,
+    HistogramChild,
+)
 
 # The scrape-time collectors live in gateway.observability.collectors; importers may use either module.
 __all__ = [
@@ -36,11 +44,11 @@ __all__ = [
 class AliasMetrics:
     """Pre-labelled children for one alias on its pool."""
 
-    ttft: Histogram
-    tpot: Histogram
-    input_tokens: Counter
-    output_tokens: Counter
-    inflight: Gauge
+    ttft: HistogramChild
+    tpot: HistogramChild
+    input_tokens: CounterChild
+    output_tokens: CounterChild
+    inflight: GaugeChild
 
 
 class Metrics(LearningMetrics):
@@ -72,8 +80,8 @@ class Metrics(LearningMetrics):
         # Children of the per-request series, memoised on first use: `labels()` costs several times the
         # increment it precedes. Bounded: aliases and pools come from the config, endpoints and statuses
         # are a handful.
-        self._finished: dict[tuple[str, str, str, int, bool], tuple[Counter, Histogram]] = {}
-        self._overheads: dict[str, Histogram] = {}
+        self._finished: dict[tuple[str, str, str, int, bool], tuple[CounterChild, HistogramChild]] = {}
+        self._overheads: dict[str, HistogramChild] = {}
 
     def _declare_relay(self, r: CollectorRegistry) -> None:
         """Every answered request: counts, durations, tokens, failures, the gateway's own time."""
@@ -355,7 +363,7 @@ class Metrics(LearningMetrics):
         children[0].inc()
         children[1].observe(seconds)
 
-    def overhead_of(self, endpoint: str) -> Histogram:
+    def overhead_of(self, endpoint: str) -> HistogramChild:
         child = self._overheads.get(endpoint)
         if child is None:
             child = self._overheads[endpoint] = self.overhead.labels(endpoint)

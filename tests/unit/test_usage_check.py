@@ -69,9 +69,9 @@ def test_faults_are_counted_per_pool_and_logged_once_a_minute(caplog: pytest.Log
         faults.count("a", "missing", None)
         faults.count("a", "negative", {"prompt_tokens": -1})
         faults.count("b", "absurd", {"completion_tokens": 10**18})
-    assert metrics.usage_missing.labels("a")._value.get() == 1
-    assert metrics.usage_invalid.labels("a", "negative")._value.get() == 1
-    assert metrics.usage_invalid.labels("b", "absurd")._value.get() == 1
+    assert metrics.usage_missing.labels("a").value == 1
+    assert metrics.usage_invalid.labels("a", "negative").value == 1
+    assert metrics.usage_invalid.labels("b", "absurd").value == 1
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == 2, lines  # a's second fault within the minute is counted, not logged
     assert "'a'" in lines[0] and "missing" in lines[0]
@@ -96,4 +96,4 @@ def test_an_answer_is_settled_on_checked_usage(usage: Any, charged: tuple[int, i
     UsageFaults(metrics).settle_answer("a", parsed, RESERVED_IN, GRANTED_OUT)
     inp, out = charged
     assert parsed["usage"] == {"prompt_tokens": inp, "completion_tokens": out, "total_tokens": inp + out}
-    assert metrics.usage_missing.labels("a")._value.get() == missing
+    assert metrics.usage_missing.labels("a").value == missing
