@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import Coroutine
+from time import monotonic
 from typing import Any, cast
 from urllib.parse import urlsplit
 
@@ -179,10 +180,11 @@ class Response:
 
     __slots__ = (
         "status", "headers", "_conn", "_chunks", "_size", "_complete", "_error", "_waiter", "_timer",
-        "_whole",
+        "_whole", "_loop",
     )  # fmt: skip
 
-    def __init__(self, conn: _Conn) -> None:
+    def __init__(self, conn: _Conn, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop  # the client's: asyncio.get_running_loop costs a getpid() call on 3.11
         self.status = 0
         self.headers: dict[bytes, bytes] = {}
         self._conn: _Conn | None = conn
@@ -226,8 +228,7 @@ class Response:
 
     # -- read by the caller ------------------------------------------------------------------
     async def _wait(self) -> None:
-        loop = asyncio.get_running_loop()
-        self._waiter = loop.create_future()
+        self._waiter = self._loop.create_future()
         try:
             await self._waiter
         finally:
@@ -304,7 +305,9 @@ class _HostPool:
         self.idle_s = idle_s
 
     def get(self) -> _Conn | None:
-        now = asyncio.get_running_loop().time()
+        # time.monotonic, not the loop's clock: asyncio.get_running_loop costs a getpid() system call
+        # on Python 3.11, and this runs twice per request.
+        now = monotonic()
         while self.idle:
             conn = self.idle.pop()
             if conn.closed:
@@ -321,7 +324,7 @@ class _HostPool:
         if len(self.idle) >= self.max_idle:
             conn.close()
             return
-        conn.idle_since = asyncio.get_running_loop().time()
+        conn.idle_since = monotonic()
         self.idle.append(conn)
 
     def forget(self, conn: _Conn) -> None:
@@ -342,6 +345,9 @@ class H1Client:
         self._pools: dict[str, tuple[_HostPool, tuple[bytes, bytes]]] = {}
         self._max_idle = max_idle_per_host
         self._idle_s = idle_s
+        # The loop it runs on, found once: asyncio.get_running_loop makes a getpid() system call on
+        # Python 3.11, per request. Found again if that loop was closed (tests run several loops).
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     @staticmethod
     def supports(base: str) -> bool:
@@ -410,7 +416,9 @@ class H1Client:
         (base, path), (connect_s, total_s) = target, limits
         pool, (prefix, authority) = self._pool(base)
         request = _head(method, prefix + path.encode(), authority, headers, len(body)) + body
-        loop = asyncio.get_running_loop()
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            loop = self._loop = asyncio.get_running_loop()
         deadline = loop.time() + total_s
         for attempt in range(2):
             # A retry never takes another pooled connection: it may be as stale as the first.
@@ -418,7 +426,7 @@ class H1Client:
             reused = conn is not None
             if conn is None:
                 conn = await self._connect(pool, min(connect_s, max(0.001, deadline - loop.time())))
-            resp = Response(conn)
+            resp = Response(conn, loop)
             conn.resp = resp
             conn.received = False
             conn.head_bytes = 0
