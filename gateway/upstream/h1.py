@@ -116,7 +116,7 @@ class _Conn(asyncio.Protocol):
         headers = resp.headers
         self.until_eof = (
             b"content-length" not in headers
-            and b"chunked" not in headers.get(b"transfer-encoding", b"").lower()
+            and headers.get(b"transfer-encoding", b"").lower().find(b"chunked") == -1  # not `in`: sse.py
             and status not in (204, 304)
         )
         encoding = headers.get(b"content-encoding")
