@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -11,12 +10,13 @@ import httpx
 import pytest
 
 from gateway.tenancy.keys import generate_key, hash_key
-from tests.support.procs import free_port, running, sim_args
+from tests.support.procs import free_port
 from tests.support.prom import metric
+from tests.support.stack import Stack
 
 
 @dataclass(frozen=True)
-class Stack:
+class SharedStack:
     gateway: str
     sims: dict[str, str]  # pool name -> base URL
     api_key: str  # a tenant key declared (hashed) in the policy
@@ -30,7 +30,7 @@ MAX_BODY = 65536
 
 
 @pytest.fixture(scope="session")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedStack]:
     tmp = tmp_path_factory.mktemp("e2e")
     ports = {"small": free_port(), "large": free_port(), "slow": free_port()}
     gw_port = free_port()
@@ -74,20 +74,15 @@ tenancy:
             "0",
         ],
     }
-    with ExitStack() as es:
+    with Stack(tmp) as s:
         for name, port in ports.items():
-            args = sim_args(port, f"sim-{name}", *sim_extra[name])
-            es.enter_context(running(args, f"{sims[name]}/health", log=tmp / f"sim-{name}.log"))
-        gw_args = ["serve", "--config", str(policy), "--port", str(gw_port)]
-        env = {"LLMGW_MAX_BODY_BYTES": str(MAX_BODY)}
-        es.enter_context(
-            running(gw_args, f"http://127.0.0.1:{gw_port}/healthz", env=env, log=tmp / "gateway.log")
-        )
-        yield Stack(gateway=f"http://127.0.0.1:{gw_port}", sims=sims, api_key=api_key)
+            s.sim(f"sim-{name}", *sim_extra[name], port=port, ready=False)
+        gw = s.gateway(policy, port=gw_port, env={"LLMGW_MAX_BODY_BYTES": str(MAX_BODY)})
+        yield SharedStack(gateway=gw.url, sims=sims, api_key=api_key)
 
 
 @pytest.fixture(scope="session")
-def base_url(stack: Stack) -> str:
+def base_url(stack: SharedStack) -> str:
     return f"{stack.gateway}/v1"
 
 

@@ -21,10 +21,10 @@ import openai
 import pytest
 
 from gateway.tenancy.keys import generate_key, hash_key
-from tests.support.procs import free_port, running, sim_args
+from tests.support.stack import Stack
 
 
-class Stack:
+class CacheStack:
     def __init__(self, base: str, keys: dict[str, str], metrics: str, log: Path) -> None:
         self.base = base
         self.keys = keys
@@ -54,15 +54,16 @@ class Stack:
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CacheStack]:
     tmp = tmp_path_factory.mktemp("cache")
-    sim_port, gw_port = free_port(), free_port()
     keys = {"a1": generate_key(), "a2": generate_key(), "b1": generate_key()}
-    policy = tmp / "policy.yaml"
-    policy.write_text(
-        f"""\
+    with Stack(tmp) as s:
+        sim = s.sim("m", "--profile", "instant")
+        policy = tmp / "policy.yaml"
+        policy.write_text(
+            f"""\
 pools:
-  - {{name: small, model: m, endpoints: {{static: ["http://127.0.0.1:{sim_port}"]}}}}
+  - {{name: small, model: m, endpoints: {{static: ["{sim.url}"]}}}}
 models:
   - name: small
     route: {{pool: small}}
@@ -81,26 +82,16 @@ tenancy:
     - {{id: a2, sha256: {hash_key(keys["a2"])}, org: acme, app: two}}
     - {{id: b1, sha256: {hash_key(keys["b1"])}, org: globex, app: one}}
 """
-    )
-    with (
-        running(sim_args(sim_port, "m", "--profile", "instant"), f"http://127.0.0.1:{sim_port}/health"),
-        running(
-            ["serve", "--config", str(policy), "--port", str(gw_port)],
-            f"http://127.0.0.1:{gw_port}/healthz",
-            env={"LLMGW_REQUEST_LOG": "true"},
-            log=tmp / "gateway.log",
-        ),
-    ):
-        yield Stack(
-            f"http://127.0.0.1:{gw_port}/v1", keys, f"http://127.0.0.1:{gw_port}/metrics", tmp / "gateway.log"
         )
+        gw = s.gateway(policy, env={"LLMGW_REQUEST_LOG": "true"})
+        yield CacheStack(gw.v1, keys, f"{gw.url}/metrics", gw.log)
 
 
 def _q(text: str) -> list[dict[str, str]]:
     return [{"role": "system", "content": "Answer briefly."}, {"role": "user", "content": text}]
 
 
-def test_identical_deterministic_request_gets_byte_identical_body(stack: Stack) -> None:
+def test_identical_deterministic_request_gets_byte_identical_body(stack: CacheStack) -> None:
     body = {"model": "small", "messages": _q("What is a cache? one"), "temperature": 0}
     first = stack.raw("a1", body)
     assert first.status_code == 200
@@ -117,7 +108,7 @@ def test_identical_deterministic_request_gets_byte_identical_body(stack: Stack) 
     assert stack.raw("a1", reordered).content == first.content
 
 
-def test_other_org_never_hits(stack: Stack) -> None:
+def test_other_org_never_hits(stack: CacheStack) -> None:
     body = {"model": "small", "messages": _q("tenant isolation probe"), "temperature": 0}
     first = stack.raw("a1", body)
     time.sleep(0.2)
@@ -126,7 +117,7 @@ def test_other_org_never_hits(stack: Stack) -> None:
     assert other.json()["id"] != first.json()["id"]
 
 
-def test_stream_hit_replays_same_content_and_usage(stack: Stack) -> None:
+def test_stream_hit_replays_same_content_and_usage(stack: CacheStack) -> None:
     client = stack.client()
     msgs = _q("stream me a cached answer")
     unary = client.chat.completions.with_raw_response.create(model="small", messages=msgs, seed=7)
@@ -151,7 +142,7 @@ def test_stream_hit_replays_same_content_and_usage(stack: Stack) -> None:
     assert usage.completion_tokens == completion.usage.completion_tokens
 
 
-def test_streamed_miss_fills_the_cache_for_both_forms(stack: Stack) -> None:
+def test_streamed_miss_fills_the_cache_for_both_forms(stack: CacheStack) -> None:
     client = stack.client()
     msgs = _q("a streamed answer is stored too")
     text = ""
@@ -178,7 +169,7 @@ def test_streamed_miss_fills_the_cache_for_both_forms(stack: Stack) -> None:
     assert asyncio.run(streamed_again()) == text
 
 
-def test_sampled_requests_never_hit_without_opt_in(stack: Stack) -> None:
+def test_sampled_requests_never_hit_without_opt_in(stack: CacheStack) -> None:
     body = {"model": "small", "messages": _q("sampled answer"), "temperature": 0.8}
     ids = set()
     for _ in range(3):
@@ -199,7 +190,7 @@ def test_sampled_requests_never_hit_without_opt_in(stack: Stack) -> None:
     assert again.headers["x-llmgw-cache-status"] == "hit" and again.content == first.content
 
 
-def test_bypass_header_and_uncached_alias(stack: Stack) -> None:
+def test_bypass_header_and_uncached_alias(stack: CacheStack) -> None:
     body = {"model": "small", "messages": _q("bypass me"), "temperature": 0}
     stack.raw("a1", body)
     time.sleep(0.2)
@@ -216,7 +207,7 @@ def test_bypass_header_and_uncached_alias(stack: Stack) -> None:
     assert "x-llmgw-cache" in bad.json()["error"]["message"]
 
 
-def test_entries_expire_after_the_ttl(stack: Stack) -> None:
+def test_entries_expire_after_the_ttl(stack: CacheStack) -> None:
     body = {"model": "small", "messages": _q("expiring"), "temperature": 0}
     stack.raw("a1", body)
     time.sleep(0.2)
@@ -225,7 +216,7 @@ def test_entries_expire_after_the_ttl(stack: Stack) -> None:
     assert stack.raw("a1", body).headers["x-llmgw-cache-status"] == "miss"
 
 
-def test_hits_are_counted_and_cost_no_tokens(stack: Stack) -> None:
+def test_hits_are_counted_and_cost_no_tokens(stack: CacheStack) -> None:
     body = {"model": "small", "messages": _q("metrics of a hit"), "temperature": 0}
     stack.raw("a1", body)
     time.sleep(0.2)
@@ -241,7 +232,7 @@ def test_hits_are_counted_and_cost_no_tokens(stack: Stack) -> None:
     assert stack.metric("llmgw_requests_total", model="small", pool="cache", code="200") >= 1
 
 
-def test_the_request_log_says_where_the_answer_came_from(stack: Stack) -> None:
+def test_the_request_log_says_where_the_answer_came_from(stack: CacheStack) -> None:
     body = {"model": "small", "messages": _q("logged cache status"), "temperature": 0}
     first = stack.raw("a1", body)
     time.sleep(0.2)

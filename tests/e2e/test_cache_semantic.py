@@ -17,8 +17,7 @@ import httpx
 import pytest
 
 from gateway.tenancy.keys import generate_key, hash_key
-from tests.support.procs import free_port, running, sim_args
-from tests.support.redis_server import RedisServer
+from tests.support.stack import Stack
 
 
 def _policy(path: Path, sim_port: int, keys: dict[str, str]) -> Path:
@@ -77,24 +76,12 @@ def keys() -> dict[str, str]:
 
 
 def _stack(tmp: Path, keys: dict[str, str], stack: bool) -> Iterator[Gateway]:
-    redis = RedisServer(tmp, stack=stack)
-    redis.start()
-    sim_port, gw_port = free_port(), free_port()
-    policy = _policy(tmp / "policy.yaml", sim_port, keys)
-    log = tmp / "gateway.log"
-    try:
-        with (
-            running(sim_args(sim_port, "m", "--profile", "instant"), f"http://127.0.0.1:{sim_port}/health"),
-            running(
-                ["serve", "--config", str(policy), "--port", str(gw_port)],
-                f"http://127.0.0.1:{gw_port}/healthz",
-                env={"LLMGW_REDIS_URL": redis.url},
-                log=log,
-            ),
-        ):
-            yield Gateway(gw_port, keys, log)
-    finally:
-        redis.kill()
+    with Stack(tmp) as s:
+        redis = s.redis(stack=stack)
+        sim = s.sim("m", "--profile", "instant")
+        policy = _policy(tmp / "policy.yaml", sim.port, keys)
+        gw = s.gateway(policy, env={"LLMGW_REDIS_URL": redis.url})
+        yield Gateway(gw.port, keys, gw.log)
 
 
 @pytest.fixture(scope="module")

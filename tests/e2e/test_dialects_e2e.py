@@ -6,7 +6,6 @@ answer. The SDK conformance of both dialects (simulator and real vLLM) is tests/
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,8 +16,9 @@ import openai
 import pytest
 
 from gateway.tenancy.keys import generate_key, hash_key
-from tests.support.procs import free_port, running, sim_args
+from tests.support.procs import free_port
 from tests.support.prom import metric
+from tests.support.stack import Stack
 
 pytestmark = pytest.mark.e2e
 
@@ -75,16 +75,14 @@ tenancy:
 {key_lines}
 """
     )
-    with ExitStack() as es:
+    with Stack(tmp) as s:
         # Every answer runs to its max_tokens (no early end): a budget cut is the only way to stop one.
-        sim = sim_args(
-            sim_port, "sim", "--profile", "instant", "--step-base-ms", "5",
-            "--output-len-mean", "5000", "--output-len-sigma", "0",
+        s.sim(
+            "sim", "--profile", "instant", "--step-base-ms", "5",
+            "--output-len-mean", "5000", "--output-len-sigma", "0", port=sim_port, name="sim",
         )  # fmt: skip
-        es.enter_context(running(sim, f"http://127.0.0.1:{sim_port}/health", log=tmp / "sim.log"))
-        gw = ["serve", "--config", str(policy), "--port", str(gw_port)]
-        es.enter_context(running(gw, f"http://127.0.0.1:{gw_port}/readyz", log=tmp / "gateway.log"))
-        yield Dialects(f"http://127.0.0.1:{gw_port}", keys)
+        gw = s.gateway(policy, port=gw_port, ready_path="/readyz")
+        yield Dialects(gw.url, keys)
 
 
 def _output_tokens(text: str) -> float:

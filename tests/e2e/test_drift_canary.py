@@ -9,16 +9,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from contextlib import ExitStack
 from pathlib import Path
 
 import httpx
 import pytest
 
 from tests.support.poll import wait_until
-from tests.support.procs import free_port, running, sim_args
 from tests.support.prom import metric
 from tests.support.scripted_openai import scripted_server
+from tests.support.stack import Stack
 
 pytestmark = pytest.mark.e2e
 
@@ -49,20 +48,12 @@ drift:
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     tmp: Path = tmp_path_factory.mktemp("drift-canary")
-    ports = (free_port(), free_port())
-    sims = (f"http://127.0.0.1:{ports[0]}", f"http://127.0.0.1:{ports[1]}")
-    with ExitStack() as es:
-        scripted = es.enter_context(scripted_server())
-        for i, port in enumerate(ports):
-            args = sim_args(port, "m", "--profile", "instant")
-            es.enter_context(running(args, f"{sims[i]}/health", log=tmp / f"sim-{i}.log"))
+    with Stack(tmp) as s:
+        scripted = s.enter(scripted_server())
+        sims = [s.sim("m", "--profile", "instant", name=f"sim-{i}", ready=False) for i in range(2)]
         policy = tmp / "policy.yaml"
-        policy.write_text(_policy(sims, scripted))
-        port = free_port()
-        url = f"http://127.0.0.1:{port}"
-        gw = ["serve", "--config", str(policy), "--port", str(port)]
-        es.enter_context(running(gw, f"{url}/healthz", log=tmp / "gateway.log"))
-        yield url
+        policy.write_text(_policy((sims[0].url, sims[1].url), scripted))
+        yield s.gateway(policy).url
 
 
 def _scrape_until(url: str, ready: str, timeout: float = 30.0) -> str:

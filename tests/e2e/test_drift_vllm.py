@@ -15,18 +15,17 @@ import json
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
-from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from tests.support import vllm
-from tests.support.procs import ROOT, free_port, running
+from tests.support.poll import wait_until
+from tests.support.procs import ROOT
 from tests.support.prom import metric
+from tests.support.stack import Stack
 
 pytestmark = pytest.mark.e2e
 
@@ -35,18 +34,13 @@ MAX_TOKENS = 32
 
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    logs = tmp_path_factory.mktemp("vllm-drift")
     vllm.model_or_skip()
     flavours = {"bf16": (0, ()), "fp32": (1, ("--dtype", "float32")), "bf16-twin": (0, ())}
-    with ExitStack() as es:
-        started = {}
-        for name, (cpu, extra) in flavours.items():
-            s = vllm.spawn(free_port(), logs / f"{name}.log", cpu=cpu, extra_args=extra)
-            es.callback(vllm.stop, s)
-            started[name] = s
-        for s in started.values():
-            vllm.wait_ready(s)
-        yield {name: s.url for name, s in started.items()}
+    with Stack(tmp_path_factory.mktemp("vllm-drift")) as s:
+        names = list(flavours)
+        cpus = [cpu for cpu, _ in flavours.values()]
+        started = s.vllm([extra for _, extra in flavours.values()], names=names, cpus=cpus)
+        yield {name: server.url for name, server in zip(names, started, strict=True)}
 
 
 def _drift(a: str, b: str, out: Path) -> tuple[dict[str, Any], str]:
@@ -109,17 +103,19 @@ def test_the_gateway_canary_exports_the_same_figures(servers: dict[str, str], tm
     """The in-gateway canary over the same servers: bf16/fp32 over its bound, the twins exactly zero."""
     policy = tmp_path / "policy.yaml"
     policy.write_text(_policy(servers))
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    gw = ["serve", "--config", str(policy), "--port", str(port)]
-    with running(gw, f"{url}/healthz", log=tmp_path / "gateway.log"):
-        deadline = time.monotonic() + 600
+    with Stack(tmp_path) as s:
+        gw = s.gateway(policy)
         done = ('a="bf16",b="fp32",outcome="ok"', 'a="bf16",b="bf16-twin",outcome="ok"')
-        text = ""
-        while time.monotonic() < deadline and not all(d in text for d in done):
-            time.sleep(1)
-            text = httpx.get(f"{url}/metrics", timeout=10).text
-        assert all(d in text for d in done), (tmp_path / "gateway.log").read_text()[-3000:]
+        page = [""]
+
+        def checked() -> bool:
+            page[0] = gw.metrics()
+            return all(d in page[0] for d in done)
+
+        wait_until(
+            checked, lambda: f"both pairs checked; the log:\n{gw.log_text()[-3000:]}", timeout=600, interval=1
+        )
+        text = page[0]
     drifted, twins = 'a="bf16",b="fp32"', 'a="bf16",b="bf16-twin"'
     print("\n" + "\n".join(line for line in text.splitlines() if line.startswith("llmgw_pool_drift_")))
     assert metric(text, "llmgw_pool_drift_mean_abs_logprob", drifted) > 0

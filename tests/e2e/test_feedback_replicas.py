@@ -3,9 +3,7 @@ redis-server; "rated once" holds across them; Redis dying degrades feedback (503
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
-from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,9 +12,10 @@ import pytest
 
 from gateway.tenancy.keys import generate_key, hash_key
 from tests.support.poll import wait_until
-from tests.support.procs import free_port, running, sim_args, write_policy
+from tests.support.procs import write_policy
 from tests.support.prom import metric
-from tests.support.redis_server import RedisServer, start_any
+from tests.support.redis_server import RedisServer
+from tests.support.stack import Stack
 
 
 @dataclass(frozen=True)
@@ -29,29 +28,19 @@ class Replicas:
 @pytest.fixture(scope="module")
 def replicas(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Replicas]:
     tmp: Path = tmp_path_factory.mktemp("feedback-replicas")
-    redis = start_any(tmp)
     key = generate_key()
-    sim_port = free_port()
-    sim = f"http://127.0.0.1:{sim_port}"
-    policy = write_policy(
-        tmp / "policy.yaml",
-        {"small": sim},
-        f"tenancy:\n  keys:\n    - {{id: fb, sha256: {hash_key(key)}, org: acme, app: fb}}\n",
-    )
-    ports = (free_port(), free_port())
-    with ExitStack() as es:
-        es.callback(redis.kill)
-        es.enter_context(running(sim_args(sim_port, "small", "--profile", "instant"), f"{sim}/health"))
-        for i, port in enumerate(ports):
-            args = ["serve", "--config", str(policy), "--port", str(port)]
-            env = {"LLMGW_REDIS_URL": redis.url, "LLMGW_REDIS_TIMEOUT_S": "0.5"}
-            url = f"http://127.0.0.1:{port}/healthz"
-            es.enter_context(running(args, url, env=env, log=tmp / f"gateway-{i}.log"))
-        yield Replicas(
-            (f"http://127.0.0.1:{ports[0]}", f"http://127.0.0.1:{ports[1]}"),
-            {"authorization": f"Bearer {key}"},
-            redis,
+    with Stack(tmp) as s:
+        redis = s.redis(any_kind=True)
+        sim = s.sim("small", "--profile", "instant")
+        policy = write_policy(
+            tmp / "policy.yaml",
+            {"small": sim.url},
+            f"tenancy:\n  keys:\n    - {{id: fb, sha256: {hash_key(key)}, org: acme, app: fb}}\n",
         )
+        env = {"LLMGW_REDIS_URL": redis.url, "LLMGW_REDIS_TIMEOUT_S": "0.5"}
+        gws = [s.gateway(policy, env=env, name=f"gateway-{i}", ready=False) for i in range(2)]
+        s.ready()  # the two replicas boot side by side
+        yield Replicas((gws[0].url, gws[1].url), {"authorization": f"Bearer {key}"}, redis)
 
 
 def _answer(r: Replicas, replica: int) -> str:
@@ -68,12 +57,14 @@ def _rate(r: Replicas, replica: int, request_id: str) -> httpx.Response:
 
 def _rate_when_shared(r: Replicas, replica: int, request_id: str) -> httpx.Response:
     # The serving replica flushes its records every 50 ms: poll briefly instead of sleeping blindly.
-    deadline = time.monotonic() + 5
-    while True:
-        resp = _rate(r, replica, request_id)
-        if resp.status_code != 404 or time.monotonic() > deadline:
-            return resp
-        time.sleep(0.05)
+    resp: list[httpx.Response] = []
+
+    def shared() -> bool:
+        resp[:] = [_rate(r, replica, request_id)]
+        return resp[0].status_code != 404
+
+    wait_until(shared, lambda: f"the rating not to be 404: {resp[0].text}", timeout=5, interval=0.05)
+    return resp[0]
 
 
 def test_feedback_on_another_replica_is_accepted_once(replicas: Replicas) -> None:

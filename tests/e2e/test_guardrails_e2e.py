@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,8 +21,9 @@ import openai
 import pytest
 
 from gateway.tenancy.keys import generate_key, hash_key
-from tests.support.procs import free_port, running, sim_args
+from tests.support.procs import free_port
 from tests.support.prom import metric
+from tests.support.stack import Stack
 
 pytestmark = pytest.mark.e2e
 
@@ -93,16 +93,11 @@ tenancy:
     - {{id: gold-e2e, sha256: {hash_key(gold)}, org: acme, app: gold, tier: gold}}
 """
     )
-    log = tmp / "gateway.log"
-    with ExitStack() as es:
-        args = sim_args(
-            sim_port, "sim-plain", "--profile", "instant", "--replay", str(replay), "--replay-model", "rec"
-        )
-        es.enter_context(running(args, f"{sim}/health", log=tmp / "sim.log"))
-        env = {"LLMGW_REQUEST_LOG": "true"}
-        gw = ["serve", "--config", str(policy), "--port", str(gw_port)]
-        es.enter_context(running(gw, f"http://127.0.0.1:{gw_port}/healthz", env=env, log=log))
-        yield GuardStack(f"http://127.0.0.1:{gw_port}", sim, key, log, gold)
+    with Stack(tmp) as s:
+        extra = ("--profile", "instant", "--replay", str(replay), "--replay-model", "rec")
+        s.sim("sim-plain", *extra, port=sim_port, name="sim")
+        gw = s.gateway(policy, port=gw_port, env={"LLMGW_REQUEST_LOG": "true"})
+        yield GuardStack(gw.url, sim, key, gw.log, gold)
 
 
 def test_redact_mode_rewrites_the_prompt_before_the_pool(guarded: GuardStack) -> None:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,8 +23,9 @@ import openai
 import pytest
 
 from gateway.tenancy.keys import generate_key, hash_key
-from tests.support.procs import free_port, running, sim_args
+from tests.support.procs import free_port
 from tests.support.prom import metric
+from tests.support.stack import Stack
 
 pytestmark = pytest.mark.e2e
 
@@ -84,15 +84,11 @@ tenancy:
     - {{id: schema-e2e, sha256: {hash_key(key)}, org: acme, app: e2e}}
 """
     )
-    with ExitStack() as es:
+    with Stack(tmp) as s:
         for name, port in ports.items():
             extra = ["--replay", str(replay), "--replay-model", "rec"] if name == "bad" else []
-            args = sim_args(port, "sim-json", "--profile", "instant", *extra)
-            es.enter_context(running(args, f"{url[name]}/health", log=tmp / f"sim-{name}.log"))
-        gw_port = free_port()
-        gw = ["serve", "--config", str(policy), "--port", str(gw_port)]
-        es.enter_context(running(gw, f"http://127.0.0.1:{gw_port}/healthz", log=tmp / "gateway.log"))
-        yield SchemaStack(f"http://127.0.0.1:{gw_port}", key)
+            s.sim("sim-json", "--profile", "instant", *extra, port=port, name=f"sim-{name}", ready=False)
+        yield SchemaStack(s.gateway(policy).url, key)
 
 
 def _conforms(text: str | None) -> bool:

@@ -9,14 +9,15 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.conftest import MAX_BODY, Stack
+from tests.e2e.conftest import MAX_BODY, SharedStack
+from tests.support.poll import wait_until
 
 pytestmark = pytest.mark.e2e
 
 OK = {"model": "small", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
 
 
-def _auth(stack: Stack) -> dict[str, str]:
+def _auth(stack: SharedStack) -> dict[str, str]:
     return {"authorization": f"Bearer {stack.api_key}"}
 
 
@@ -60,7 +61,7 @@ def _err(resp: httpx.Response) -> dict[str, Any]:
     ],
 )
 def test_bad_input_gets_a_4xx_openai_error(
-    stack: Stack, path: str, content: bytes, status: int, param: str | None
+    stack: SharedStack, path: str, content: bytes, status: int, param: str | None
 ) -> None:
     headers = {"content-type": "application/json", **_auth(stack)}
     resp = httpx.post(stack.gateway + path, content=content, headers=headers, timeout=10)
@@ -68,7 +69,7 @@ def test_bad_input_gets_a_4xx_openai_error(
     assert _err(resp)["param"] == param
 
 
-def test_body_over_the_limit_is_413(stack: Stack) -> None:
+def test_body_over_the_limit_is_413(stack: SharedStack) -> None:
     big = {**OK, "messages": [{"role": "user", "content": "x" * (MAX_BODY + 1)}]}
     resp = httpx.post(f"{stack.gateway}/v1/chat/completions", json=big, headers=_auth(stack), timeout=10)
     assert resp.status_code == 413
@@ -86,14 +87,14 @@ def test_body_over_the_limit_is_413(stack: Stack) -> None:
     assert resp.status_code == 413
 
 
-def test_unknown_route_and_method_are_openai_errors(stack: Stack) -> None:
+def test_unknown_route_and_method_are_openai_errors(stack: SharedStack) -> None:
     resp = httpx.get(f"{stack.gateway}/v1/nothing", timeout=5)
     assert resp.status_code == 404 and _err(resp)["code"] == "not_found"
     resp = httpx.get(f"{stack.gateway}/v1/chat/completions", timeout=5)
     assert resp.status_code == 405 and _err(resp)["code"] == "method_not_allowed"
 
 
-def test_request_id_is_echoed_or_generated(stack: Stack) -> None:
+def test_request_id_is_echoed_or_generated(stack: SharedStack) -> None:
     resp = httpx.post(
         f"{stack.gateway}/v1/chat/completions",
         json=OK,
@@ -110,7 +111,7 @@ def test_request_id_is_echoed_or_generated(stack: Stack) -> None:
     assert resp.headers["x-request-id"].startswith("req_")
 
 
-def test_health_ready_and_metrics(stack: Stack) -> None:
+def test_health_ready_and_metrics(stack: SharedStack) -> None:
     assert httpx.get(f"{stack.gateway}/healthz", timeout=5).json() == {"status": "ok"}
     assert httpx.get(f"{stack.gateway}/readyz", timeout=5).status_code == 200
     httpx.post(
@@ -131,15 +132,15 @@ def test_health_ready_and_metrics(stack: Stack) -> None:
     assert 'llmgw_requests_total{code="200",endpoint="chat",model="small",pool="small"}' in text
 
 
-def _running(stack: Stack) -> float:
+def _running(stack: SharedStack) -> float:
     return stack.sim_metric("slow", "vllm:num_requests_running")
 
 
-def _generated(stack: Stack) -> float:
+def _generated(stack: SharedStack) -> float:
     return stack.sim_metric("slow", "vllm:generation_tokens_total")
 
 
-def _generation_stopped(stack: Stack) -> bool:
+def _generation_stopped(stack: SharedStack) -> bool:
     """The upstream request left the batch and no more tokens are made. Like vLLM 0.32, the simulator
     does not count a client abort in request_success_total, so that counter cannot tell."""
     if _running(stack) > 0:
@@ -149,16 +150,7 @@ def _generation_stopped(stack: Stack) -> bool:
     return _generated(stack) == generated
 
 
-def _wait_for(pred: Any, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pred():
-            return True
-        time.sleep(0.02)
-    return bool(pred())
-
-
-def test_client_leaving_mid_stream_aborts_upstream_within_1s(stack: Stack) -> None:
+def test_client_leaving_mid_stream_aborts_upstream_within_1s(stack: SharedStack) -> None:
     body = {"model": "slow", "messages": [{"role": "user", "content": "write a lot"}], "stream": True}
     url = f"{stack.gateway}/v1/chat/completions"
     with httpx.stream("POST", url, json=body, headers=_auth(stack), timeout=30) as resp:
@@ -169,11 +161,13 @@ def test_client_leaving_mid_stream_aborts_upstream_within_1s(stack: Stack) -> No
             if seen >= 3:
                 break  # leaving iter_raw closes the response: the client is gone from here on
     left = time.monotonic()
-    assert _wait_for(lambda: _generation_stopped(stack), 1.0), "simulator still generating after 1 s"
+    wait_until(
+        lambda: _generation_stopped(stack), "the simulator to stop generating", timeout=1.0, interval=0.02
+    )
     assert time.monotonic() - left <= 1.5
 
 
-def test_client_leaving_a_unary_request_aborts_upstream(stack: Stack) -> None:
+def test_client_leaving_a_unary_request_aborts_upstream(stack: SharedStack) -> None:
     before = _generated(stack)
     body = {"model": "slow", "messages": [{"role": "user", "content": "write a lot"}]}
 
@@ -186,7 +180,9 @@ def test_client_leaving_a_unary_request_aborts_upstream(stack: Stack) -> None:
     t = threading.Thread(target=call)
     t.start()
     t.join()
-    assert _wait_for(lambda: _generation_stopped(stack), 1.0)
+    wait_until(
+        lambda: _generation_stopped(stack), "the simulator to stop generating", timeout=1.0, interval=0.02
+    )
     # 0.5 s of 50 ms steps made ~10 tokens of a 2000-token answer before the engine stopped.
     assert 0 < _generated(stack) - before < 100
     text = httpx.get(f"{stack.gateway}/metrics", timeout=5).text

@@ -13,7 +13,6 @@ loads adapters on demand, and the openai SDK as the client:
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,14 +22,15 @@ import pytest
 from openai import OpenAI
 
 from eval.sim.adapters import write_adapter
-from tests.support.procs import free_port, running, sim_args
+from tests.support.procs import free_port
 from tests.support.prom import metric
+from tests.support.stack import Stack
 
 PRICE = "{input_per_mtok: 1000, output_per_mtok: 2000}"
 
 
 @dataclass(frozen=True)
-class Stack:
+class LoraStack:
     gateway: str
     sims: list[str]
     log: Path
@@ -71,24 +71,19 @@ tenancy: {{auth: disabled}}
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LoraStack]:
     tmp = tmp_path_factory.mktemp("lora-sim")
     adapters = {name: write_adapter(tmp / name) for name in ("support", "legal")}
     ports = [free_port(), free_port()]
     sims = [f"http://127.0.0.1:{p}" for p in ports]
     policy = tmp / "policy.yaml"
     policy.write_text(_policy(sims, adapters))
-    gw_port = free_port()
     lora = ["--profile", "instant", "--enable-lora", "--max-loras", "1", "--allow-runtime-lora-updating"]
-    with ExitStack() as es:
-        for port, url in zip(ports, sims, strict=True):
-            es.enter_context(running(sim_args(port, "tiny", *lora), f"{url}/health"))
-        log = tmp / "gw.log"
-        gateway = f"http://127.0.0.1:{gw_port}"
-        es.enter_context(
-            running(["serve", "--config", str(policy), "--port", str(gw_port)], f"{gateway}/healthz", log=log)
-        )
-        yield Stack(gateway, sims, log)
+    with Stack(tmp) as s:
+        for i, port in enumerate(ports):
+            s.sim("tiny", *lora, port=port, name=f"sim-{i}", ready=False)
+        gw = s.gateway(policy, name="gw")
+        yield LoraStack(gw.url, sims, gw.log)
 
 
 def _complete(client: OpenAI, model: str) -> openai.types.Completion:
@@ -99,7 +94,7 @@ def _listed(url: str) -> set[str]:
     return {m["id"] for m in httpx.get(f"{url}/v1/models").json()["data"] if m.get("parent")}
 
 
-def test_adapters_answer_by_alias_and_by_alias_colon_adapter(stack: Stack) -> None:
+def test_adapters_answer_by_alias_and_by_alias_colon_adapter(stack: LoraStack) -> None:
     client = stack.client()
     base = _complete(client, "tiny").choices[0].text
     by_alias = _complete(client, "support")
@@ -114,7 +109,7 @@ def test_adapters_answer_by_alias_and_by_alias_colon_adapter(stack: Stack) -> No
     assert metric(text, "llmgw_adapter_tokens_total", 'adapter="support",direction="output"') == 8
 
 
-def test_an_adapter_unloaded_behind_the_gateways_back_is_loaded_again(stack: Stack) -> None:
+def test_an_adapter_unloaded_behind_the_gateways_back_is_loaded_again(stack: LoraStack) -> None:
     client = stack.client()
     _complete(client, "tiny:legal")
     home = next(s for s in stack.sims if "legal" in _listed(s))
@@ -132,7 +127,7 @@ def test_an_adapter_unloaded_behind_the_gateways_back_is_loaded_again(stack: Sta
     assert metric(after, "llmgw_upstream_errors_total", 'kind="adapter_missing"') >= 1
 
 
-def test_an_adapters_price_overrides_the_pools(stack: Stack) -> None:
+def test_an_adapters_price_overrides_the_pools(stack: LoraStack) -> None:
     client = stack.client()
     before = metric(stack.metrics(), "llmgw_cost_usd_total", 'pool="base"')
     r = _complete(client, "support")
@@ -142,7 +137,7 @@ def test_an_adapters_price_overrides_the_pools(stack: Stack) -> None:
     assert spent == pytest.approx(expected)
 
 
-def test_bad_adapters_are_refused_in_the_openai_shape(stack: Stack) -> None:
+def test_bad_adapters_are_refused_in_the_openai_shape(stack: LoraStack) -> None:
     client = stack.client()
     with pytest.raises(openai.NotFoundError) as nf:
         _complete(client, "tiny:nope")

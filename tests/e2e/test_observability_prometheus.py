@@ -20,7 +20,6 @@ import re
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,10 +32,10 @@ from eval.sim.adapters import write_adapter
 from gateway.tenancy.keys import generate_key, hash_key
 from tests.support.chart import CHART
 from tests.support.poll import wait_until
-from tests.support.procs import free_port, running, sim_args
+from tests.support.procs import free_port
 from tests.support.prom import metric
-from tests.support.prometheus import Prom, every_value, running_prometheus
-from tests.support.redis_server import RedisServer
+from tests.support.prometheus import Prom, every_value
+from tests.support.stack import Stack
 
 STREAMS = 20  # half on the slowed replica
 CASCADES = 4
@@ -130,13 +129,8 @@ tenancy:
 @pytest.fixture(scope="module")
 def obs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ObsStack]:
     tmp = tmp_path_factory.mktemp("obs")
-    ports = {name: free_port() for name in ("fast", "slowed", "strong", "spec", "lora")}
-    sims = {name: f"http://127.0.0.1:{p}" for name, p in ports.items()}
     keys = {name: generate_key() for name in ("acme", "globex", "tiny")}
-    policy = tmp / "policy.yaml"
     adapter = write_adapter(tmp / "support")
-    policy.write_text(_policy(sims, keys, f"http://127.0.0.1:{free_port()}", adapter))
-    gw_port = free_port()
     extra = {
         "fast": ["--profile", "instant"],
         # Every engine step takes 600 ms: no first token before 0.6 s, twice the objective.
@@ -147,22 +141,17 @@ def obs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ObsStack]:
         # The LoRA pool's engine: the gateway loads the adapter on it (the adapter panels).
         "lora": ["--profile", "instant", "--enable-lora", "--allow-runtime-lora-updating"],
     }
-    redis = RedisServer(tmp)
-    redis.start()
-    with ExitStack() as es:
-        es.callback(redis.kill)
-        for name, port in ports.items():
-            args = sim_args(port, "m", *extra[name])
-            es.enter_context(running(args, f"{sims[name]}/health", log=tmp / f"sim-{name}.log"))
-        gw = ["serve", "--config", str(policy), "--port", str(gw_port)]
+    with Stack(tmp) as s:
+        redis = s.redis()
+        sims = {name: s.sim("m", *args, name=f"sim-{name}", ready=False) for name, args in extra.items()}
+        policy = tmp / "policy.yaml"
+        urls = {name: sim.url for name, sim in sims.items()}
+        policy.write_text(_policy(urls, keys, f"http://127.0.0.1:{free_port()}", adapter))
         env = {"LLMGW_REDIS_URL": redis.url}  # the limiter on Redis: its health series exist
-        es.enter_context(running(gw, f"http://127.0.0.1:{gw_port}/healthz", env=env, log=tmp / "gateway.log"))
-        targets = {
-            "gateway": [f"127.0.0.1:{gw_port}"],
-            "vllm": [f"127.0.0.1:{p}" for p in ports.values()],
-        }
-        prom = es.enter_context(running_prometheus(tmp, targets))
-        yield _drive(f"http://127.0.0.1:{gw_port}", keys, prom, sims["spec"])
+        gw = s.gateway(policy, env=env)
+        targets = {"gateway": [gw.address], "vllm": [sim.address for sim in sims.values()]}
+        prom = s.prometheus(targets)
+        yield _drive(gw.url, keys, prom, urls["spec"])
 
 
 def _client(gateway: str, key: str) -> openai.OpenAI:

@@ -8,7 +8,7 @@ import openai
 import pytest
 from openai import AsyncOpenAI, OpenAI
 
-from tests.e2e.conftest import Stack
+from tests.e2e.conftest import SharedStack
 
 pytestmark = pytest.mark.e2e
 
@@ -16,12 +16,12 @@ MSG = [{"role": "user", "content": "Tell me about continuous batching."}]
 
 
 @pytest.fixture
-def client(base_url: str, stack: Stack) -> OpenAI:
+def client(base_url: str, stack: SharedStack) -> OpenAI:
     return OpenAI(base_url=base_url, api_key=stack.api_key, max_retries=0)
 
 
 @pytest.fixture
-def aclient(base_url: str, stack: Stack) -> AsyncOpenAI:
+def aclient(base_url: str, stack: SharedStack) -> AsyncOpenAI:
     return AsyncOpenAI(base_url=base_url, api_key=stack.api_key, max_retries=0)
 
 
@@ -44,7 +44,7 @@ async def test_async_chat_and_completions(aclient: AsyncOpenAI) -> None:
     assert comp.usage is not None and comp.usage.completion_tokens <= 5
 
 
-def test_output_token_default_and_cap(client: OpenAI, stack: Stack) -> None:
+def test_output_token_default_and_cap(client: OpenAI, stack: SharedStack) -> None:
     # The alias default (24) applies when the client sends nothing; larger asks are capped (64).
     before = stack.sim_metric("small", "vllm:generation_tokens_total")
     resp = client.chat.completions.create(model="small", messages=MSG, max_tokens=100_000)  # type: ignore[arg-type]
@@ -52,7 +52,7 @@ def test_output_token_default_and_cap(client: OpenAI, stack: Stack) -> None:
     assert stack.sim_metric("small", "vllm:generation_tokens_total") - before == resp.usage.completion_tokens
 
 
-def test_stream_with_usage_yields_every_chunk_and_one_usage_chunk(client: OpenAI, stack: Stack) -> None:
+def test_stream_with_usage_yields_every_chunk_and_one_usage_chunk(client: OpenAI, stack: SharedStack) -> None:
     gen0 = stack.sim_metric("small", "vllm:generation_tokens_total")
     prompt0 = stack.sim_metric("small", "vllm:prompt_tokens_total")
     chunks = list(
@@ -95,7 +95,7 @@ async def test_async_stream_completions(aclient: AsyncOpenAI) -> None:
     assert usage is not None and usage.completion_tokens == len([t for t in texts if t])
 
 
-def test_done_terminates_the_raw_stream(stack: Stack) -> None:
+def test_done_terminates_the_raw_stream(stack: SharedStack) -> None:
     import httpx
 
     body = {"model": "small", "messages": MSG, "max_tokens": 5, "stream": True}

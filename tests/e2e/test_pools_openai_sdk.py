@@ -4,15 +4,14 @@ replica (its prefix cache hits), distinct prompts spread, and streams work throu
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import ExitStack
 from pathlib import Path
 
 import httpx
 import pytest
 from openai import OpenAI
 
-from tests.support.procs import free_port, running, sim_args
 from tests.support.prom import metric
+from tests.support.stack import Stack
 
 pytestmark = pytest.mark.e2e
 
@@ -22,29 +21,23 @@ SYSTEM = "You are the support assistant of a bicycle shop. " * 60  # ~600 tokens
 @pytest.fixture(scope="module")
 def pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, list[str]]]:
     tmp: Path = tmp_path_factory.mktemp("pools-e2e")
-    ports = [free_port() for _ in range(3)]
-    gw = free_port()
-    urls = [f"http://127.0.0.1:{p}" for p in ports]
-    listed = ", ".join(f'"{u}"' for u in urls)
-    cfg = tmp / "p.yaml"
-    cfg.write_text(
-        "pools:\n"
-        "  - name: chat\n"
-        "    model: chat\n"
-        f"    endpoints: {{static: [{listed}]}}\n"
-        "    balancing: {strategy: prefix_affinity, scrape_interval_s: 0.2}\n"
-        "models:\n"
-        "  - {name: chat, route: {pool: chat}, max_tokens: {default: 8, cap: 64}}\n"
-        "tenancy: {auth: disabled}\n"
-    )
-    base = f"http://127.0.0.1:{gw}"
-    with ExitStack() as stack:
-        for port, url in zip(ports, urls, strict=True):
-            stack.enter_context(running(sim_args(port, "chat"), f"{url}/health"))
-        stack.enter_context(
-            running(["serve", "--config", str(cfg), "--port", str(gw)], f"{base}/healthz", log=tmp / "gw.log")
+    with Stack(tmp) as s:
+        replicas = [s.sim("chat", name=f"sim-{i}", ready=False) for i in range(3)]
+        urls = [r.url for r in replicas]
+        listed = ", ".join(f'"{u}"' for u in urls)
+        cfg = tmp / "p.yaml"
+        cfg.write_text(
+            "pools:\n"
+            "  - name: chat\n"
+            "    model: chat\n"
+            f"    endpoints: {{static: [{listed}]}}\n"
+            "    balancing: {strategy: prefix_affinity, scrape_interval_s: 0.2}\n"
+            "models:\n"
+            "  - {name: chat, route: {pool: chat}, max_tokens: {default: 8, cap: 64}}\n"
+            "tenancy: {auth: disabled}\n"
         )
-        yield f"{base}/v1", urls
+        gw = s.gateway(cfg, name="gw")
+        yield gw.v1, urls
 
 
 def _served(urls: list[str]) -> list[float]:

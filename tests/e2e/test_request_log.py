@@ -15,17 +15,20 @@ import pytest
 
 from gateway.tenancy.keys import generate_key, hash_key
 from tests.support.pii import corpus, leaked
-from tests.support.procs import free_port, running, sim_args
+from tests.support.stack import Stack
 
 
 def test_request_log_lines_carry_no_seeded_pii(tmp_path: Path) -> None:
-    sim_port, gw_port = free_port(), free_port()
     key = generate_key()
-    policy = tmp_path / "policy.yaml"
-    policy.write_text(
-        f"""\
+    prompts, secrets = corpus(seed=11, n=21)
+    env = {"LLMGW_REQUEST_LOG": "true", "LLMGW_REQUEST_LOG_TEXT": "true"}
+    with Stack(tmp_path) as s:
+        sim = s.sim("m", "--profile", "instant")
+        policy = tmp_path / "policy.yaml"
+        policy.write_text(
+            f"""\
 pools:
-  - {{name: small, model: m, endpoints: {{static: ["http://127.0.0.1:{sim_port}"]}},
+  - {{name: small, model: m, endpoints: {{static: ["{sim.url}"]}},
      price: {{input_per_mtok: 1, output_per_mtok: 2}}}}
 models:
   - {{name: small, route: {{pool: small}}, max_tokens: {{default: 8, cap: 16}}, slo_class: i}}
@@ -35,20 +38,10 @@ tenancy:
   keys:
     - {{id: logkey, sha256: {hash_key(key)}, org: acme, app: support}}
 """
-    )
-    prompts, secrets = corpus(seed=11, n=21)
-    log = tmp_path / "gateway.log"
-    env = {"LLMGW_REQUEST_LOG": "true", "LLMGW_REQUEST_LOG_TEXT": "true"}
-    with (
-        running(sim_args(sim_port, "m", "--profile", "instant"), f"http://127.0.0.1:{sim_port}/health"),
-        running(
-            ["serve", "--config", str(policy), "--port", str(gw_port)],
-            f"http://127.0.0.1:{gw_port}/healthz",
-            env=env,
-            log=log,
-        ),
-    ):
-        client = openai.OpenAI(base_url=f"http://127.0.0.1:{gw_port}/v1", api_key=key, max_retries=0)
+        )
+        gw = s.gateway(policy, env=env)
+        log = gw.log
+        client = openai.OpenAI(base_url=gw.v1, api_key=key, max_retries=0)
         for i, prompt in enumerate(prompts):
             messages = [
                 {"role": "system", "content": "Be brief."},
@@ -60,9 +53,9 @@ tenancy:
             else:
                 client.chat.completions.create(model="small", messages=messages)
         with pytest.raises(openai.AuthenticationError):
-            openai.OpenAI(
-                base_url=f"http://127.0.0.1:{gw_port}/v1", api_key="sk-" + "x" * 40, max_retries=0
-            ).chat.completions.create(model="small", messages=[{"role": "user", "content": prompts[0]}])
+            openai.OpenAI(base_url=gw.v1, api_key="sk-" + "x" * 40, max_retries=0).chat.completions.create(
+                model="small", messages=[{"role": "user", "content": prompts[0]}]
+            )
     text = log.read_text()
     lines = [json.loads(line) for line in text.splitlines() if line.startswith('{"ts"')]
     assert len(lines) == len(prompts) + 1

@@ -15,15 +15,15 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
-from contextlib import ExitStack
 from dataclasses import dataclass
 
 import httpx
 import pytest
 
 from gateway.tenancy.keys import generate_key
-from tests.support.procs import free_port, running, sim_args
+from tests.support.procs import free_port
 from tests.support.prom import metric
+from tests.support.stack import Stack
 
 pytestmark = pytest.mark.e2e
 
@@ -78,15 +78,11 @@ models:
     route: {{policy: {{tiers: [{{pool: small}}, {{pool: large}}], difficulty: {{thresholds: [{CUT}]}}}}}}
 """
     )
-    gw_port = free_port()
-    with ExitStack() as es:
+    with Stack(tmp) as s:
         for name, port in ports.items():
-            args = sim_args(port, f"sim-{name}", "--profile", "instant")
-            es.enter_context(running(args, f"{sims[name]}/health", log=tmp / f"sim-{name}.log"))
-        gw = ["serve", "--config", str(policy), "--port", str(gw_port)]
-        url = f"http://127.0.0.1:{gw_port}"
-        es.enter_context(running(gw, f"{url}/healthz", env={"LLMGW_ADMIN_KEY": ADMIN}, log=tmp / "gw.log"))
-        yield Routed(url, sims)
+            s.sim(f"sim-{name}", "--profile", "instant", port=port, ready=False)
+        gw = s.gateway(policy, env={"LLMGW_ADMIN_KEY": ADMIN}, name="gw")
+        yield Routed(gw.url, sims)
 
 
 def ask(url: str, key: str, model: str, prompt: str) -> httpx.Response:

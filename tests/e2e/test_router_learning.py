@@ -20,9 +20,7 @@ import json
 import math
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
-from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,9 +29,9 @@ import openai
 import pytest
 
 from gateway.tenancy.keys import generate_key, hash_key
-from tests.support.procs import free_port, running, sim_args
+from tests.support.poll import wait_until
 from tests.support.prom import metric
-from tests.support.redis_server import start_any
+from tests.support.stack import Stack
 
 CHEAP, STRONG = "cheap-7b", "strong-70b"
 
@@ -62,7 +60,7 @@ CLIENT_RPM = 100
 
 
 @dataclass(frozen=True)
-class Stack:
+class Learning:
     urls: tuple[str, str]
     key: str
     strong_sim: str
@@ -116,7 +114,7 @@ tenancy:
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Learning]:
     tmp = tmp_path_factory.mktemp("router-learning")
     data = tmp / "dataset.jsonl"
     with data.open("w") as f:
@@ -131,33 +129,26 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     # near twin) cheap, and only what the memory learnt can move it over.
     cut = round(max(prior["wrong"], prior["near"]) + 0.03, 6)
     assert all(p < cut for p in prior.values()), prior  # every prompt starts cheap on the prior alone
-    redis = start_any(tmp)
     key = generate_key()
-    ports = {CHEAP: free_port(), STRONG: free_port()}
-    sims = {name: f"http://127.0.0.1:{port}" for name, port in ports.items()}
-    policy = tmp / "policy.yaml"
-    policy.write_text(_policy(sims, cut, key))
-    gw = (free_port(), free_port())
-    with ExitStack() as es:
-        es.callback(redis.kill)
-        for name, port in ports.items():
-            args = sim_args(port, name, "--profile", "instant", "--replay", str(data), "--replay-model", name)
-            es.enter_context(running(args, f"{sims[name]}/health", log=tmp / f"sim-{name}.log"))
-        for i, port in enumerate(gw):
-            args = ["serve", "--config", str(policy), "--port", str(port)]
-            env = {"LLMGW_REDIS_URL": redis.url}
-            es.enter_context(
-                running(args, f"http://127.0.0.1:{port}/healthz", env=env, log=tmp / f"gw-{i}.log")
-            )
-        urls = (f"http://127.0.0.1:{gw[0]}", f"http://127.0.0.1:{gw[1]}")
-        yield Stack(urls, key, sims[STRONG], prior, policy, redis.url)
+    with Stack(tmp) as s:
+        redis = s.redis(any_kind=True)
+        sims = {}
+        for name in (CHEAP, STRONG):
+            extra = ("--profile", "instant", "--replay", str(data), "--replay-model", name)
+            sims[name] = s.sim(name, *extra).url
+        policy = tmp / "policy.yaml"
+        policy.write_text(_policy(sims, cut, key))
+        env = {"LLMGW_REDIS_URL": redis.url}
+        gws = [s.gateway(policy, env=env, name=f"gw-{i}", ready=False) for i in range(2)]
+        s.ready()  # the two replicas boot side by side
+        yield Learning((gws[0].url, gws[1].url), key, sims[STRONG], prior, policy, redis.url)
 
 
-def _ask(s: Stack, replica: int, model: str, prompt: str) -> tuple[str, dict[str, str], str]:
+def _ask(s: Learning, replica: int, model: str, prompt: str) -> tuple[str, dict[str, str], str]:
     return _client_ask(s, s.urls[replica], model, prompt)
 
 
-def _client_ask(s: Stack, url: str, model: str, prompt: str) -> tuple[str, dict[str, str], str]:
+def _client_ask(s: Learning, url: str, model: str, prompt: str) -> tuple[str, dict[str, str], str]:
     client = openai.OpenAI(base_url=f"{url}/v1", api_key=s.key, max_retries=0)
     raw = client.chat.completions.with_raw_response.create(
         model=model, messages=[{"role": "user", "content": prompt}], max_tokens=8, temperature=0
@@ -171,15 +162,18 @@ def _metrics(url: str) -> str:
 
 
 def _wait(url: str, name: str, labels: str, value: float) -> float:
-    deadline = time.monotonic() + 15
-    while True:
-        got = metric(_metrics(url), name, labels)
-        if got >= value or time.monotonic() > deadline:
-            return got
-        time.sleep(0.05)
+    """The metric once it reached `value` (the callers check it did not overshoot)."""
+    got = [0.0]
+
+    def reached() -> bool:
+        got[0] = metric(_metrics(url), name, labels)
+        return got[0] >= value
+
+    wait_until(reached, lambda: f"{name}{{{labels}}} >= {value} (last {got[0]})", timeout=15, interval=0.05)
+    return got[0]
 
 
-def test_exploration_learns_in_the_background_under_the_gateway_budget(stack: Stack) -> None:
+def test_exploration_learns_in_the_background_under_the_gateway_budget(stack: Learning) -> None:
     gw = stack.urls[0]
     strong_before = metric(_metrics(stack.strong_sim), "vllm:request_success_total")
     judged = "llmgw_router_explore_total"
@@ -217,18 +211,20 @@ def test_exploration_learns_in_the_background_under_the_gateway_budget(stack: St
     assert metric(_metrics(gw), judged, 'outcome="judged"') == 5
 
 
-def _rate_when_shared(s: Stack, replica: int, request_id: str, accepted: bool) -> httpx.Response:
+def _rate_when_shared(s: Learning, replica: int, request_id: str, accepted: bool) -> httpx.Response:
     body = {"request_id": request_id, "accepted": accepted}
     headers = {"authorization": f"Bearer {s.key}"}
-    deadline = time.monotonic() + 5
-    while True:  # the serving replica flushes its delivery records every 50 ms
-        resp = httpx.post(f"{s.urls[replica]}/v1/feedback", json=body, headers=headers, timeout=10)
-        if resp.status_code != 404 or time.monotonic() > deadline:
-            return resp
-        time.sleep(0.05)
+    resp: list[httpx.Response] = []
+
+    def shared() -> bool:  # the serving replica flushes its delivery records every 50 ms
+        resp[:] = [httpx.post(f"{s.urls[replica]}/v1/feedback", json=body, headers=headers, timeout=10)]
+        return resp[0].status_code != 404
+
+    wait_until(shared, lambda: f"the rating not to be 404: {resp[0].text}", timeout=5, interval=0.05)
+    return resp[0]
 
 
-def test_feedback_posted_to_another_replica_teaches_that_replica(stack: Stack) -> None:
+def test_feedback_posted_to_another_replica_teaches_that_replica(stack: Learning) -> None:
     verdicts = {"wrong": False, "chess": True, "capital": True, "prime": True}
     for rid, accepted in verdicts.items():
         _, headers, _ = _ask(stack, 0, "auto-fb", PROMPT[rid])
@@ -247,13 +243,11 @@ def test_feedback_posted_to_another_replica_teaches_that_replica(stack: Stack) -
     assert headers["x-llmgw-tier"] == STRONG
 
 
-def test_a_new_replica_starts_with_what_the_deployment_learnt(stack: Stack, tmp_path: Path) -> None:
+def test_a_new_replica_starts_with_what_the_deployment_learnt(stack: Learning, tmp_path: Path) -> None:
     # Replica 1 explored nothing itself: every "auto" outcome it holds came from replica 0's stream.
     assert _wait(stack.urls[1], "llmgw_router_memory_learnt_total", 'model="auto",source="shared"', 5) == 5
-    port = free_port()
-    args = ["serve", "--config", str(stack.policy), "--port", str(port)]
-    url = f"http://127.0.0.1:{port}"
-    with running(args, f"{url}/healthz", env={"LLMGW_REDIS_URL": stack.redis}, log=tmp_path / "gw-new.log"):
+    with Stack(tmp_path) as procs:
+        url = procs.gateway(stack.policy, env={"LLMGW_REDIS_URL": stack.redis}, name="gw-new").url
         text = _metrics(url)
         assert metric(text, "llmgw_router_memory_outcomes", 'model="auto"') == 5  # read at start-up
         assert metric(text, "llmgw_router_memory_outcomes", 'model="auto-fb"') == 4
@@ -261,16 +255,17 @@ def test_a_new_replica_starts_with_what_the_deployment_learnt(stack: Stack, tmp_
         assert headers["x-llmgw-tier"] == STRONG
 
 
-def test_an_idle_replica_routes_by_the_deployments_live_cut(stack: Stack) -> None:
+def test_an_idle_replica_routes_by_the_deployments_live_cut(stack: Learning) -> None:
     cut = "llmgw_router_live_cut"
     assert math.isnan(metric(_metrics(stack.urls[1]), cut, 'model="auto-cal"'))
     topics = ("rivers", "volcanoes", "tax law", "poetry", "compilers", "enzymes", "opera", "orbits")
     for i in range(60):  # replica 0 only
         _ask(stack, 0, "auto-cal", f"In two sentences, what is notable about {topics[i % 8]} (case {i})?")
-    deadline = time.monotonic() + 10
-    while (
-        math.isnan(metric(_metrics(stack.urls[1]), cut, 'model="auto-cal"')) and time.monotonic() < deadline
-    ):
-        time.sleep(0.1)
+    wait_until(
+        lambda: not math.isnan(metric(_metrics(stack.urls[1]), cut, 'model="auto-cal"')),
+        "replica 1's live cut of auto-cal",
+        timeout=10,
+        interval=0.1,
+    )
     idle = metric(_metrics(stack.urls[1]), cut, 'model="auto-cal"')
     assert 0.0 <= idle <= 1.0  # the sketch of replica 0's traffic, merged through Redis

@@ -14,7 +14,6 @@ import statistics
 import subprocess
 import sys
 from collections.abc import Iterator
-from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,8 +22,9 @@ import openai
 import pytest
 
 from gateway.tenancy.keys import generate_key, hash_key
-from tests.support.procs import free_port, running, sim_args
+from tests.support.procs import free_port
 from tests.support.prom import metric
+from tests.support.stack import Stack
 
 DATA = (
     Path(__file__).resolve().parents[3]
@@ -111,16 +111,12 @@ def routed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RoutedStack]:
         "--difficulty", str(scores_path), "--as-configured", "--decisions-out", str(out),
     )  # fmt: skip
     decisions = {d["id"]: d for d in map(json.loads, out.open())}
-    gw_port = free_port()
-    with ExitStack() as es:
+    with Stack(tmp) as s:
         for name, model in POOLS.items():
-            args = sim_args(
-                ports[name], model, "--profile", "instant", "--replay", str(data), "--replay-model", model
-            )
-            es.enter_context(running(args, f"{sims[name]}/health", log=tmp / f"sim-{name}.log"))
-        gw = ["serve", "--config", str(policy), "--port", str(gw_port)]
-        es.enter_context(running(gw, f"http://127.0.0.1:{gw_port}/healthz", log=tmp / "gateway.log"))
-        yield RoutedStack(f"http://127.0.0.1:{gw_port}", key, rows, decisions, sims)
+            extra = ("--profile", "instant", "--replay", str(data), "--replay-model", model)
+            s.sim(model, *extra, port=ports[name], name=f"sim-{name}")
+        gw = s.gateway(policy)
+        yield RoutedStack(gw.url, key, rows, decisions, sims)
 
 
 def test_auto_makes_the_offline_replays_choices(routed: RoutedStack) -> None:
@@ -233,14 +229,10 @@ def test_missing_router_model_refuses_to_start_or_falls_back_loudly(tmp_path: Pa
     assert "router model cannot be loaded" in proc.stderr and "no-such-artifact" in proc.stderr, proc.stderr
     fallback = policy.read_text().replace("difficulty: {", "difficulty: {on_unavailable: fallback, ")
     policy.write_text(fallback)
-    with running(
-        ["serve", "--config", str(policy), "--port", str(port)],
-        f"http://127.0.0.1:{port}/healthz",
-        log=tmp_path / "gateway.log",
-    ):
-        text = httpx.get(f"http://127.0.0.1:{port}/metrics").text
-        assert metric(text, "llmgw_router_fallback", 'model="auto"') == 1
-    assert "router model unavailable" in (tmp_path / "gateway.log").read_text()
+    with Stack(tmp_path) as s:
+        gw = s.gateway(policy, port=port)
+        assert metric(gw.metrics(), "llmgw_router_fallback", 'model="auto"') == 1
+    assert "router model unavailable" in gw.log_text()
 
 
 def test_route_only_plan_fails_over_to_the_next_tier(tmp_path: Path) -> None:
@@ -264,12 +256,9 @@ tenancy:
     - {{id: k, sha256: {hash_key(key)}, org: acme, app: failover}}
 """
     )
-    with ExitStack() as es:
-        sim = f"http://127.0.0.1:{live}"
-        es.enter_context(running(sim_args(live, "m-up", "--profile", "instant"), f"{sim}/health"))
-        url = f"http://127.0.0.1:{gw_port}"
-        gw = ["serve", "--config", str(policy), "--port", str(gw_port)]
-        es.enter_context(running(gw, f"{url}/healthz", log=tmp_path / "gateway.log"))
+    with Stack(tmp_path) as s:
+        s.sim("m-up", "--profile", "instant", port=live)
+        url = s.gateway(policy, port=gw_port).url
         resp = httpx.post(
             f"{url}/v1/chat/completions",
             json={"model": "auto", "messages": [{"role": "user", "content": "hi"}]},

@@ -7,15 +7,14 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import ExitStack
 from pathlib import Path
 
 import httpx
 import openai
 import pytest
 
-from tests.support.procs import free_port, running, sim_args
 from tests.support.prom import metric
+from tests.support.stack import Stack
 
 SPEC = '{"method":"ngram","num_speculative_tokens":3}'
 STREAMS = 6
@@ -48,19 +47,17 @@ tenancy: {{auth: disabled}}
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     tmp = tmp_path_factory.mktemp("specalias")
-    ports = {"spec": free_port(), "plain": free_port()}
-    urls = {k: f"http://127.0.0.1:{p}" for k, p in ports.items()}
     # Paced engines (~8 ms steps): a 200-token answer takes ~0.6 s speculating, ~1.6 s plain.
     flags = {"spec": ["--profile", "small", "--speculative-config", SPEC], "plain": ["--profile", "small"]}
-    gw_port = free_port()
-    with ExitStack() as es:
-        for name, port in ports.items():
-            args = sim_args(port, "m", *flags[name], "--output-len-mean", "400", "--output-len-sigma", "0")
-            es.enter_context(running(args, f"{urls[name]}/health", log=tmp / f"sim-{name}.log"))
-        policy = _policy(tmp / "policy.yaml", urls["spec"], urls["plain"])
-        gw = ["serve", "--config", str(policy), "--port", str(gw_port)]
-        es.enter_context(running(gw, f"http://127.0.0.1:{gw_port}/healthz", log=tmp / "gateway.log"))
-        yield f"http://127.0.0.1:{gw_port}"
+    with Stack(tmp) as s:
+        sims = {
+            name: s.sim(
+                "m", *flags[name], "--output-len-mean", "400", "--output-len-sigma", "0", name=f"sim-{name}"
+            )
+            for name in ("spec", "plain")
+        }
+        policy = _policy(tmp / "policy.yaml", sims["spec"].url, sims["plain"].url)
+        yield s.gateway(policy).url
 
 
 def _stream(gateway: str, delay: float) -> str:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,7 +14,8 @@ import pytest
 from openai import OpenAI
 
 from gateway.tenancy.keys import generate_key, hash_key
-from tests.support.procs import free_port, running, sim_args
+from tests.support.procs import free_port
+from tests.support.stack import Stack
 
 pytestmark = pytest.mark.e2e
 
@@ -74,23 +74,10 @@ tenancy:
 """
     )
     admin = "adm-" + generate_key()
-    with ExitStack() as es:
-        es.enter_context(
-            running(
-                sim_args(sim_port, "sim", "--profile", "instant", "--step-base-ms", "20"),
-                f"http://127.0.0.1:{sim_port}/health",
-                log=tmp / "sim.log",
-            )
-        )
-        es.enter_context(
-            running(
-                ["serve", "--config", str(policy), "--port", str(gw_port)],
-                f"http://127.0.0.1:{gw_port}/readyz",
-                env={"LLMGW_ADMIN_KEY": admin},
-                log=tmp / "gateway.log",
-            )
-        )
-        yield Limited(f"http://127.0.0.1:{gw_port}", admin, keys)
+    with Stack(tmp) as s:
+        s.sim("sim", "--profile", "instant", "--step-base-ms", "20", port=sim_port, name="sim")
+        gw = s.gateway(policy, port=gw_port, env={"LLMGW_ADMIN_KEY": admin}, ready_path="/readyz")
+        yield Limited(gw.url, admin, keys)
 
 
 def sdk(limited: Limited, key: str, retries: int = 0) -> OpenAI:

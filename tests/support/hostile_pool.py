@@ -31,7 +31,8 @@ import orjson
 from aiohttp import web
 
 from tests.support.fake_upstream import OK_BODY
-from tests.support.procs import ROOT, free_port, running, stop, wait_http
+from tests.support.procs import ROOT, free_port, stop, wait_http
+from tests.support.stack import Stack
 
 SECRETS = (
     "http://vllm-small-0.vllm.internal.svc.cluster.local:8000",
@@ -179,12 +180,9 @@ def gateway_before_hostile_pool(tmp: Path, client: str) -> Iterator[tuple[str, P
     lines += [f"  - {{name: {name}, route: {{pool: {name}}}}}" for name in (*urls, "badload")]
     cfg = tmp / "policy.yaml"
     cfg.write_text("\n".join(lines) + "\ntenancy: {auth: disabled}\n")
-    log = tmp / "gateway.log"
-    with hostile_pool(pool_port):
-        args = ["serve", "--config", str(cfg), "--port", str(gw_port)]
-        base = f"http://127.0.0.1:{gw_port}"
-        with running(args, f"{base}/healthz", env={"LLMGW_UPSTREAM_CLIENT": client}, log=log):
-            yield base, log
+    with hostile_pool(pool_port), Stack(tmp) as s:
+        gw = s.gateway(cfg, port=gw_port, env={"LLMGW_UPSTREAM_CLIENT": client})
+        yield gw.url, gw.log
 
 
 def main() -> None:

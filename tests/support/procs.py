@@ -7,12 +7,13 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
+
+from tests.support.poll import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -24,19 +25,28 @@ def free_port() -> int:
         return port
 
 
-def wait_http(url: str, proc: subprocess.Popen[bytes] | None = None, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc is not None and proc.poll() is not None:
+def wait_http(
+    url: str, proc: subprocess.Popen[bytes] | None = None, timeout: float = 30.0, log: Path | None = None
+) -> None:
+    """Wait until GET `url` answers below 500; fail at once if `proc` exits first, with its output (its
+    stdout pipe, or the tail of `log`)."""
+
+    def exited() -> None:
+        if proc is None or proc.poll() is None:
+            return
+        if log is not None:
+            out = "\n".join(log.read_text(errors="replace").splitlines()[-40:])
+        else:
             out = proc.stdout.read().decode(errors="replace") if proc.stdout else ""
-            raise RuntimeError(f"process exited with {proc.returncode} before {url} answered:\n{out}")
+        raise RuntimeError(f"process exited with {proc.returncode} before {url} answered:\n{out}")
+
+    def answers() -> bool:
         try:
-            if httpx.get(url, timeout=1.0).status_code < 500:
-                return
+            return httpx.get(url, timeout=1.0).status_code < 500
         except httpx.HTTPError:
-            pass
-        time.sleep(0.05)
-    raise TimeoutError(f"{url} did not answer within {timeout}s")
+            return False
+
+    wait_until(answers, f"{url} to answer", timeout=timeout, interval=0.05, fail=exited)
 
 
 def stop(proc: subprocess.Popen[bytes]) -> None:
@@ -60,7 +70,7 @@ def running(
         [sys.executable, "-m", "gateway", *args], stdout=out, stderr=subprocess.STDOUT, env=full_env
     )
     try:
-        wait_http(ready_url, proc if log is None else None)
+        wait_http(ready_url, proc, log=log)
         yield proc
     finally:
         stop(proc)

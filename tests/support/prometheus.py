@@ -50,9 +50,9 @@ class Prom:
         return bool(active) and all(t["health"] == "up" for t in active)
 
 
-@contextmanager
-def running_prometheus(tmp: Path, targets: dict[str, list[str]]) -> Iterator[Prom]:
-    """Prometheus scraping `targets` (job -> ["host:port", ...]) every second until the block ends."""
+def start_prometheus(tmp: Path, targets: dict[str, list[str]]) -> tuple[Prom, subprocess.Popen[bytes]]:
+    """Prometheus scraping `targets` (job -> ["host:port", ...]) every second, ready; the caller stops
+    the process."""
     if PROMETHEUS is None:
         pytest.fail(
             "prometheus is missing: apt-get install -y --no-install-recommends prometheus (.ci/run does)"
@@ -66,25 +66,36 @@ def running_prometheus(tmp: Path, targets: dict[str, list[str]]) -> Iterator[Pro
     cfg = tmp / "prometheus.yml"
     cfg.write_text(yaml.safe_dump(config))
     port = free_port()
-    log = (tmp / "prometheus.log").open("wb")
-    proc = subprocess.Popen(
-        [
-            PROMETHEUS,
-            f"--config.file={cfg}",
-            f"--storage.tsdb.path={tmp / 'tsdb'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--storage.tsdb.retention.time=1h",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
+    log = tmp / "prometheus.log"
+    with log.open("wb") as out:  # the child keeps its own descriptor
+        proc = subprocess.Popen(
+            [
+                PROMETHEUS,
+                f"--config.file={cfg}",
+                f"--storage.tsdb.path={tmp / 'tsdb'}",
+                f"--web.listen-address=127.0.0.1:{port}",
+                "--storage.tsdb.retention.time=1h",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    url = f"http://127.0.0.1:{port}"
     try:
-        url = f"http://127.0.0.1:{port}"
-        wait_http(f"{url}/-/ready", proc, timeout=60)
-        yield Prom(url)
+        wait_http(f"{url}/-/ready", proc, timeout=60, log=log)
+    except BaseException:
+        stop(proc)
+        raise
+    return Prom(url), proc
+
+
+@contextmanager
+def running_prometheus(tmp: Path, targets: dict[str, list[str]]) -> Iterator[Prom]:
+    """Prometheus scraping `targets` (job -> ["host:port", ...]) every second until the block ends."""
+    prom, proc = start_prometheus(tmp, targets)
+    try:
+        yield prom
     finally:
         stop(proc)
-        log.close()
 
 
 _COMPARISON = re.compile(r"(==|!=|>=|<=|>|<)(?!\s*bool\b)")

@@ -32,9 +32,9 @@ from tests.support.limits_stack import (
     live_leases,
     sim_tokens,
     sub_window_counters,
-    wait_until,
     write_policy,
 )
+from tests.support.poll import wait_until_async
 from tests.support.redis_server import RedisServer
 
 # The gateway's default input estimate (the policies here do not override it).
@@ -185,7 +185,7 @@ async def test_accuracy_under_load(tmp_path, redis_server: RedisServer, sims: Si
             leaked = live_leases(r)
             return not leaked
 
-        await wait_until(settled, timeout=5.0)
+        await wait_until_async(settled, lambda: f"every lease settled; left: {leaked}", timeout=5.0)
         poller.stop()
         poller.poll()
         sim_used = sim_tokens(sim_urls) - sim_before

@@ -38,9 +38,9 @@ from tests.support.limits_stack import (
     live_leases,
     stream_chat,
     sub_window_counters,
-    wait_until,
     write_policy,
 )
+from tests.support.poll import wait_until_async
 from tests.support.prom import metric
 from tests.support.redis_server import RedisServer
 
@@ -123,7 +123,9 @@ async def run_fault(
             stream = asyncio.create_task(stream_chat(client, url, streamer.key, body))
             tasks = [asyncio.create_task(load(client, url, light.key, stop, calls)) for _ in range(3)]
             try:
-                assert await wait_until(lambda: stream_lease(r, streamer.id) is not None, 10)
+                await wait_until_async(
+                    lambda: stream_lease(r, streamer.id) is not None, "the stream's lease", timeout=10
+                )
                 await asyncio.sleep(2)
                 fds_before = len(os.listdir(f"/proc/{proc.pid}/fd"))
                 lease = stream_lease(r, streamer.id)
@@ -134,16 +136,19 @@ async def run_fault(
                 fds_during = len(os.listdir(f"/proc/{proc.pid}/fd"))
                 fault.heal()
                 marks["heal"] = time.monotonic()
-                assert await wait_until(
-                    lambda: metric(httpx.get(f"{url}/metrics").text, "llmgw_ratelimit_degraded") == 0, 20
-                ), "not recovered 20 s after the fault ended"
+                await wait_until_async(
+                    lambda: metric(httpx.get(f"{url}/metrics").text, "llmgw_ratelimit_degraded") == 0,
+                    "recovery (llmgw_ratelimit_degraded 0) after the fault ended",
+                    timeout=20,
+                )
                 marks["recovered"] = time.monotonic()
                 # The renewer survived: the stream's lease is extended again after the fault (an expiry
                 # later than one lease from now was set after the fault ended).
                 after_ms = (time.time() + fault.lease_s) * 1000
-                renewed = await wait_until(
+                renewed = await wait_until_async(
                     lambda: (now := stream_lease(r, streamer.id)) is not None and now[1] > after_ms,
-                    fault.lease_s,
+                    "the stream's lease renewed after the fault (is the renewer gone?)",
+                    timeout=fault.lease_s,
                 )
                 marks["renewed"] = time.monotonic()
                 await asyncio.sleep(2)
@@ -157,7 +162,9 @@ async def run_fault(
             def charged() -> int:
                 return sum(sub_window_counters(r, base_key("key", streamer.id, "tokens")).values())
 
-            await wait_until(lambda: charged() >= used, 10)
+            await wait_until_async(
+                lambda: charged() >= used, lambda: f"{used} tokens charged: {charged()}", timeout=10
+            )
             metrics_text = (await client.get(f"{url}/metrics")).text
 
             # Nothing leaked: once every request ended and a lease passed, no lease record is left
@@ -170,14 +177,17 @@ async def run_fault(
                 )
 
             leaked: dict[str, int] = {}
-            deadline = time.monotonic() + fault.lease_s + 10
-            while time.monotonic() < deadline:
+
+            async def no_lease_left() -> bool:
+                nonlocal leaked
                 await poke()
                 await asyncio.sleep(0.3)
                 leaked = live_leases(r)
-                if not leaked:
-                    break
-                await asyncio.sleep(1)
+                return not leaked
+
+            await wait_until_async(
+                no_lease_left, lambda: f"no lease left: {leaked}", timeout=fault.lease_s + 10, interval=1
+            )
             assert proc.poll() is None, "the gateway died"
 
     def phase(lo: float, hi: float) -> list[Call]:

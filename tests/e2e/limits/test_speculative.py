@@ -32,9 +32,9 @@ from tests.support.limits_stack import (
     live_leases,
     sim_tokens,
     sub_window_counters,
-    wait_until,
     write_policy,
 )
+from tests.support.poll import wait_until_async
 from tests.support.procs import free_port
 from tests.support.prom import metric
 from tests.support.redis_server import RedisServer
@@ -98,9 +98,15 @@ async def test_speculative_requests_are_served_and_settled_exactly(
 
         # Settlement is exact: the org's settled tokens are the usage the simulator reported.
         org_tokens = base_key("org", "acme", "tokens")
-        assert await wait_until(lambda: sum(sub_window_counters(r, org_tokens).values()) == used, 5)
+        await wait_until_async(
+            lambda: sum(sub_window_counters(r, org_tokens).values()) == used,
+            "the org's usage settled",
+            timeout=5,
+        )
         assert used == sim_tokens([sim])
-        assert await wait_until(lambda: not live_leases(r), 5), live_leases(r)
+        await wait_until_async(
+            lambda: not live_leases(r), lambda: f"no live lease: {live_leases(r)}", timeout=5
+        )
 
 
 async def test_speculative_refusal_cancels_the_pool_call(
@@ -122,7 +128,10 @@ async def test_speculative_refusal_cancels_the_pool_call(
         first = await a.chat.completions.create(model="sim", messages=MESSAGES, max_tokens=1)
         assert first.usage is not None
         # 2. Through B: a long stream holds all but 20 tokens of the org's budget while it runs.
-        assert await wait_until(lambda: not live_leases(r), 5)  # the first request is settled
+        # the first request is settled
+        await wait_until_async(
+            lambda: not live_leases(r), lambda: f"no live lease: {live_leases(r)}", timeout=5
+        )
         hold = tokens - first.usage.total_tokens - estimate_input_tokens(Kind.CHAT, chat_body(1), 1.0) - 20
         held = await b.chat.completions.create(
             model="sim",
@@ -152,7 +161,9 @@ async def test_speculative_refusal_cancels_the_pool_call(
         # The pool call was cancelled: only B's stream is left in the simulator, nothing waits, and the
         # refused call did not run to its end. Like vLLM 0.32, the simulator does not count a client abort
         # in request_success_total{finished_reason="abort"}, so that counter cannot show the cancel.
-        assert await wait_until(lambda: metric(sim_metrics(), "vllm:num_requests_running") == 1, 5)
+        await wait_until_async(
+            lambda: metric(sim_metrics(), "vllm:num_requests_running") == 1, "one request running", timeout=5
+        )
         assert metric(sim_metrics(), "vllm:num_requests_waiting") == 0
         await asyncio.sleep(2.5)  # the 40-token answer (~2 s) would have finished by now
         assert metric(sim_metrics(), "vllm:request_success_total") == finished_before
@@ -168,7 +179,9 @@ async def test_speculative_refusal_cancels_the_pool_call(
         await asyncio.sleep(0.2)
         await a.close()
         await b.close()
-        assert await wait_until(lambda: not live_leases(r), 5), live_leases(r)
+        await wait_until_async(
+            lambda: not live_leases(r), lambda: f"no live lease: {live_leases(r)}", timeout=5
+        )
         org_tokens = base_key("org", "acme", "tokens")
         settled = sum(sub_window_counters(r, org_tokens).values())
         assert settled <= tokens
@@ -191,7 +204,9 @@ async def test_a_speculative_request_whose_pool_fails_first_leaks_nothing(
                 await client.chat.completions.create(model="sim", messages=MESSAGES, max_tokens=5)
             assert failed.value.status_code in (502, 503)
         await client.close()
-        assert await wait_until(lambda: _spec_count(url, "admitted") == 4, 5)
-        assert await wait_until(lambda: not live_leases(r), 5), live_leases(r)
+        await wait_until_async(lambda: _spec_count(url, "admitted") == 4, "4 admitted", timeout=5)
+        await wait_until_async(
+            lambda: not live_leases(r), lambda: f"no live lease: {live_leases(r)}", timeout=5
+        )
         # Nothing was processed, so nothing is charged.
         assert sum(sub_window_counters(r, base_key("org", "acme", "tokens")).values()) == 0

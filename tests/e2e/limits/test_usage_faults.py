@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,9 +30,10 @@ from gateway.relay.normalize import estimate_input_tokens
 from gateway.tenancy.keys import hash_key
 from tests.e2e.limits.conftest import gateway
 from tests.support.limits_stack import TenantKey
-from tests.support.procs import free_port, running, sim_args
+from tests.support.procs import free_port
 from tests.support.prom import metric
-from tests.support.redis_server import REDIS_SERVER, RedisServer
+from tests.support.redis_server import REDIS_SERVER
+from tests.support.stack import Stack
 from tests.support.thread_server import serve_in_thread
 
 LIMIT = 100_000
@@ -108,48 +108,40 @@ def _policy(path: Path, fake: str, sims: dict[str, str], keys: list[TenantKey]) 
 
 
 @dataclass(frozen=True)
-class Stack:
+class FaultStack:
     url: str
     keys: dict[str, TenantKey]
     sims: dict[str, str]
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FaultStack]:
     if REDIS_SERVER is None:
         pytest.fail("redis-server binary not found on PATH (apt install redis-server)")
     tmp = tmp_path_factory.mktemp("usage-faults")
-    redis = RedisServer(tmp)
-    redis.start()
     names = [f"{m}-{'stream' if s else 'unary'}" for m, s in CASES] + ["cascade"]
     keys = {n: TenantKey.new(n, "acme", n) for n in names}
     keys |= {f"other-{n}": TenantKey.new(f"other-{n}", "globex", n) for n in names}
     fake_port = free_port()
-    sims = {"cheap": free_port(), "strong": free_port()}
-    urls = {n: f"http://127.0.0.1:{p}" for n, p in sims.items()}
 
     def build() -> web.Application:
         app = web.Application()
         app.router.add_post("/{mode}/v1/chat/completions", _fake_pool)
         return app
 
-    try:
-        with ExitStack() as es:
-            es.enter_context(serve_in_thread(fake_port, build, "fake pool"))
-            es.enter_context(
-                running(sim_args(sims["cheap"], "m", "--profile", "instant"), f"{urls['cheap']}/health")
-            )
-            # Every engine step of the strong tier takes 3 s: a client with a 1 s timeout leaves mid-call.
-            slow = sim_args(sims["strong"], "m", "--profile", "instant", "--step-base-ms", "3000")
-            es.enter_context(running(slow, f"{urls['strong']}/health"))
-            policy = _policy(tmp / "policy.yaml", f"http://127.0.0.1:{fake_port}", urls, list(keys.values()))
-            url, _ = es.enter_context(gateway(policy, redis.url, tmp / "gateway.log"))
-            yield Stack(url, keys, urls)
-    finally:
-        redis.kill()
+    with Stack(tmp) as s:
+        redis = s.redis()
+        s.enter(serve_in_thread(fake_port, build, "fake pool"))
+        cheap = s.sim("m", "--profile", "instant", name="sim-cheap")
+        # Every engine step of the strong tier takes 3 s: a client with a 1 s timeout leaves mid-call.
+        strong = s.sim("m", "--profile", "instant", "--step-base-ms", "3000", name="sim-strong")
+        urls = {"cheap": cheap.url, "strong": strong.url}
+        policy = _policy(tmp / "policy.yaml", f"http://127.0.0.1:{fake_port}", urls, list(keys.values()))
+        url, _ = s.enter(gateway(policy, redis.url, tmp / "gateway.log"))
+        yield FaultStack(url, keys, urls)
 
 
-def _client(stack: Stack, key: str, timeout: float = 20) -> openai.OpenAI:
+def _client(stack: FaultStack, key: str, timeout: float = 20) -> openai.OpenAI:
     return openai.OpenAI(base_url=f"{stack.url}/v1", api_key=key, max_retries=0, timeout=timeout)
 
 
@@ -162,7 +154,7 @@ def _reservation(text: str) -> int:
     return estimate_input_tokens(Kind.CHAT, {"messages": _messages(text)}, 1.0) + MAX_TOKENS
 
 
-def _remaining_after_probe(stack: Stack, key: str) -> tuple[int, int]:
+def _remaining_after_probe(stack: FaultStack, key: str) -> tuple[int, int]:
     """A well-behaved request of `key`: (its x-ratelimit-remaining-tokens, its own reservation)."""
     text = "probe: count to three"
     raw = _client(stack, key).chat.completions.with_raw_response.create(
@@ -172,7 +164,7 @@ def _remaining_after_probe(stack: Stack, key: str) -> tuple[int, int]:
     return int(raw.headers["x-ratelimit-remaining-tokens"]), _reservation(text)
 
 
-def _fault_metrics(stack: Stack) -> str:
+def _fault_metrics(stack: FaultStack) -> str:
     return httpx.get(f"{stack.url}/metrics", timeout=10).text
 
 
@@ -180,7 +172,7 @@ def _fault_metrics(stack: Stack) -> str:
     ("mode", "stream"), CASES, ids=[f"{m}-{'stream' if s else 'unary'}" for m, s in CASES]
 )
 def test_a_usage_fault_charges_the_reservation_and_nothing_else(
-    stack: Stack, mode: str, stream: bool
+    stack: FaultStack, mode: str, stream: bool
 ) -> None:
     name = f"{mode}-{'stream' if stream else 'unary'}"
     key, other = stack.keys[name].key, stack.keys[f"other-{name}"].key
@@ -218,7 +210,7 @@ def test_a_usage_fault_charges_the_reservation_and_nothing_else(
     assert metric(after, series, labels) == metric(before, series, labels) + 1
 
 
-def test_a_cancelled_cascade_charges_the_calls_it_made(stack: Stack) -> None:
+def test_a_cancelled_cascade_charges_the_calls_it_made(stack: FaultStack) -> None:
     key = stack.keys["cascade"].key
     text = "cascade: name three colours"
     sim_before = _sim_tokens(stack.sims["cheap"])

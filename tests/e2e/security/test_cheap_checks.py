@@ -5,7 +5,6 @@ gateway (in-memory limiter) in front of a real simulator."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,8 +12,9 @@ import httpx
 import pytest
 
 from gateway.tenancy.keys import generate_key, hash_key
-from tests.support.procs import free_port, running, sim_args
+from tests.support.procs import free_port
 from tests.support.prom import metric
+from tests.support.stack import Stack
 
 
 @dataclass(frozen=True)
@@ -42,18 +42,9 @@ tenancy:
     - {{id: probe, sha256: {hash_key(probe)}, org: acme, app: probe, limits: {{requests_per_min: 3}}}}
 """
     )
-    with ExitStack() as es:
-        sim = f"http://127.0.0.1:{sim_port}"
-        es.enter_context(running(sim_args(sim_port, "m", "--profile", "instant"), f"{sim}/health"))
-        url = f"http://127.0.0.1:{gw_port}"
-        es.enter_context(
-            running(
-                ["serve", "--config", str(policy), "--port", str(gw_port)],
-                f"{url}/healthz",
-                log=tmp / "gw.log",
-            )
-        )
-        yield Gw(url, rpm, probe)
+    with Stack(tmp) as s:
+        s.sim("m", "--profile", "instant", port=sim_port)
+        yield Gw(s.gateway(policy, port=gw_port, name="gw").url, rpm, probe)
 
 
 def _chat(gw: Gw, key: str, model: str = "m", content: str = "hi") -> httpx.Response:

@@ -12,7 +12,6 @@ import os
 import socket
 import time
 from collections.abc import Iterator
-from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,8 +19,10 @@ import httpx
 import pytest
 
 from gateway.tenancy.keys import generate_key, hash_key
-from tests.support.procs import free_port, running, sim_args
+from tests.support.poll import wait_until
+from tests.support.procs import free_port
 from tests.support.prom import metric
+from tests.support.stack import Stack
 
 HEADER_TIMEOUT_S = 2.0
 BODY_TIMEOUT_S = 4.0
@@ -68,13 +69,10 @@ tenancy:
     }
     # 1 ms per decode step: a long answer is produced far faster than a client that stopped reading takes it.
     sim_extra = ["--profile", "instant", "--step-base-ms", "1", "--output-len-mean", "30000"]
-    with ExitStack() as es:
-        es.enter_context(running(sim_args(sim_port, "sim", *sim_extra), f"{sim}/health", log=tmp / "sim.log"))
-        gw_args = ["serve", "--config", str(policy), "--port", str(gw_port)]
-        gw = es.enter_context(
-            running(gw_args, f"http://127.0.0.1:{gw_port}/healthz", env=env, log=tmp / "gateway.log")
-        )
-        yield Edge(gw_port, f"http://127.0.0.1:{gw_port}", sim, key, gw.pid)
+    with Stack(tmp) as s:
+        s.sim("sim", *sim_extra, port=sim_port, name="sim")
+        gw = s.gateway(policy, port=gw_port, env=env)
+        yield Edge(gw_port, gw.url, sim, key, gw.proc.pid)
 
 
 def _connect(edge: Edge, rcvbuf: int | None = None) -> socket.socket:
@@ -273,18 +271,18 @@ def test_a_client_that_stops_reading_is_dropped_and_the_pool_call_aborted(edge: 
     )
     s.recv(1024)  # the response has started; from here on the client reads nothing
     t0 = time.monotonic()
-    deadline = t0 + WRITE_STALL_S + 15
-    seen_running = False
-    while time.monotonic() < deadline:
+    seen_running = [False]
+
+    def aborted() -> bool:
         running_now = _sim_running(edge)
-        seen_running = seen_running or running_now >= 1
-        if seen_running and running_now == 0:
-            break
-        time.sleep(0.2)
+        seen_running[0] = seen_running[0] or running_now >= 1
+        return seen_running[0] and running_now == 0
+
+    wait_until(aborted, "the pool's request to run, then be aborted", timeout=WRITE_STALL_S + 15)
     freed = time.monotonic() - t0
     s.close()
     print(f"\nslow reader: the pool's request was aborted {freed:.1f} s after the client stopped reading")
-    assert seen_running and _sim_running(edge) == 0
+    assert seen_running[0] and _sim_running(edge) == 0
     # 30,000 tokens at 1 ms per step take 30 s or more: it ended because the gateway gave up on the client.
     assert freed < WRITE_STALL_S + 15
 

@@ -8,14 +8,14 @@ from __future__ import annotations
 import random
 import string
 from collections.abc import Iterator
-from contextlib import ExitStack
 from pathlib import Path
 
 import httpx
 import pytest
 
 from gateway.tenancy.keys import generate_key, hash_key
-from tests.support.procs import free_port, running, sim_args
+from tests.support.procs import free_port
+from tests.support.stack import Stack
 
 
 @pytest.fixture(scope="module")
@@ -41,18 +41,9 @@ tenancy:
     - {{id: k, sha256: {hash_key(key)}, org: acme, app: one}}
 """
     )
-    with ExitStack() as es:
-        sim = f"http://127.0.0.1:{sim_port}"
-        es.enter_context(running(sim_args(sim_port, "m", "--profile", "instant"), f"{sim}/health"))
-        gw = f"http://127.0.0.1:{gw_port}"
-        es.enter_context(
-            running(
-                ["serve", "--config", str(policy), "--port", str(gw_port)],
-                f"{gw}/healthz",
-                log=tmp / "gw.log",
-            )
-        )
-        yield gw, key
+    with Stack(tmp) as s:
+        s.sim("m", "--profile", "instant", port=sim_port)
+        yield s.gateway(policy, port=gw_port, name="gw").url, key
 
 
 def _series(gw: str) -> tuple[set[str], int]:

@@ -17,7 +17,8 @@ from openai.types.chat import ChatCompletionMessageParam
 
 from gateway.tenancy.keys import generate_key, hash_key
 from tests.data.redaction_corpus import Sample, leaks, positives
-from tests.support.procs import free_port, running, sim_args
+from tests.support.procs import free_port
+from tests.support.stack import Stack
 
 
 def test_no_part_of_a_corpus_secret_reaches_the_log(tmp_path: Path) -> None:
@@ -37,17 +38,10 @@ tenancy:
 """
     )
     samples = positives()
-    log = tmp_path / "gateway.log"
     env = {"LLMGW_REQUEST_LOG": "true", "LLMGW_REQUEST_LOG_TEXT": "true"}
-    with (
-        running(sim_args(sim_port, "m", "--profile", "instant"), f"http://127.0.0.1:{sim_port}/health"),
-        running(
-            ["serve", "--config", str(policy), "--port", str(gw_port)],
-            f"http://127.0.0.1:{gw_port}/healthz",
-            env=env,
-            log=log,
-        ),
-    ):
+    with Stack(tmp_path) as s:
+        s.sim("m", "--profile", "instant", port=sim_port)
+        log = s.gateway(policy, port=gw_port, env=env).log
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{gw_port}/v1", api_key=key, max_retries=0)
         for i, sample in enumerate(samples):
             messages: list[ChatCompletionMessageParam] = [{"role": "user", "content": sample.text}]
