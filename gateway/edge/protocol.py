@@ -94,6 +94,51 @@ _REASONS = {
 }
 
 
+class _HeadHold:
+    """The transport a request's response cycle writes through. uvicorn writes a response's head and
+    its first body part as two `send()` system calls (and two packets); the head is held here and goes
+    out with the body part in one. Measured: one of the three writes of a relayed unary request, and
+    of the four of a short stream. Everything else passes through; a head with no body write after it
+    (HEAD, an empty body) goes out when the response completes (`_Guarded.on_response_complete`).
+    One per request: a pipelined request's cycle has its own, and uvicorn starts it only once the
+    previous response completed, so at most one holds at a time."""
+
+    __slots__ = ("transport", "armed", "held", "owner")
+
+    def __init__(self, transport: asyncio.Transport, owner: _Guarded) -> None:
+        self.transport = transport
+        self.owner = owner
+        self.armed = True  # the next write is the response head
+        self.held: bytes | None = None
+
+    def write(self, data: bytes) -> None:
+        held = self.held
+        if held is not None:
+            self.held = None
+            self.owner._holding = None
+            self.transport.write(held + data)
+        elif self.armed and not data.startswith(b"HTTP/1.1 100 "):  # `100 Continue`: at once
+            self.armed = False
+            self.held = data
+            self.owner._holding = self
+        else:
+            self.transport.write(data)
+
+    def flush(self) -> None:
+        held = self.held
+        if held is not None:
+            self.held = None
+            self.owner._holding = None
+            self.transport.write(held)
+
+    def close(self) -> None:
+        self.flush()
+        self.transport.close()
+
+    def is_closing(self) -> bool:
+        return self.transport.is_closing()
+
+
 class _Guarded(HttpToolsProtocol):
     limits: EdgeLimits = EdgeLimits()
 
@@ -108,6 +153,7 @@ class _Guarded(HttpToolsProtocol):
         self._body_bytes = 0
         self._timer: asyncio.TimerHandle | None = None
         self._stall: asyncio.TimerHandle | None = None
+        self._holding: _HeadHold | None = None  # the cycle's transport holding a response head
 
     # -- connection -----------------------------------------------------------------------------
 
@@ -173,10 +219,18 @@ class _Guarded(HttpToolsProtocol):
             raise _Refuse(_too_large(lim))
         self._phase, self._pending, self._stale = _BODY, 0, True
         super().on_headers_complete()
+        cycle = self.cycle
+        if cycle is not None:  # uvicorn made it above; its task has not run yet
+            cycle.transport = _HeadHold(self.transport, self)  # type: ignore[assignment]
 
     def on_body(self, body: bytes) -> None:
         self._body_bytes += len(body)
         super().on_body(body)
+
+    def on_response_complete(self) -> None:
+        if self._holding is not None:  # a head no body write followed (HEAD, an empty body)
+            self._holding.flush()
+        super().on_response_complete()
 
     def on_message_complete(self) -> None:
         self._phase = _IDLE
@@ -242,6 +296,8 @@ class _Guarded(HttpToolsProtocol):
     def _answer(self, err: GatewayError) -> None:
         """Answer `err` (unless a response is under way) and close: the connection's state is unknown."""
         cycle = self.cycle
+        if self._holding is not None:
+            self._holding.flush()
         if cycle is None or not cycle.response_started:
             self.transport.write(_response(err))
         if cycle is not None:

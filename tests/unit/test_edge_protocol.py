@@ -45,3 +45,52 @@ def test_workers_read_their_limits_from_the_environment(monkeypatch: pytest.Monk
 )
 def test_too_deep(raw: bytes, limit: int, deep: bool) -> None:
     assert too_deep(raw, limit) is deep
+
+
+class _Recorder:
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+        self.closed = False
+
+    def write(self, data: bytes) -> None:
+        self.writes.append(data)
+
+    def close(self) -> None:
+        self.closed = True
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+
+class _Owner:
+    _holding: object = None
+
+
+def _hold() -> tuple[object, _Recorder, _Owner]:
+    from gateway.edge.protocol import _HeadHold
+
+    rec, owner = _Recorder(), _Owner()
+    return _HeadHold(rec, owner), rec, owner  # type: ignore[arg-type]
+
+
+def test_a_response_head_goes_out_with_the_first_body_part_in_one_write() -> None:
+    hold, rec, owner = _hold()
+    hold.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\n")  # type: ignore[attr-defined]
+    assert rec.writes == [] and owner._holding is hold
+    hold.write(b"ok")  # type: ignore[attr-defined]
+    hold.write(b"more")  # type: ignore[attr-defined]
+    assert rec.writes == [b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok", b"more"]
+    assert owner._holding is None
+
+
+def test_100_continue_is_written_at_once_and_a_lone_head_on_flush_or_close() -> None:
+    hold, rec, owner = _hold()
+    hold.write(b"HTTP/1.1 100 Continue\r\n\r\n")  # type: ignore[attr-defined]
+    assert rec.writes == [b"HTTP/1.1 100 Continue\r\n\r\n"]
+    hold.write(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")  # type: ignore[attr-defined]
+    hold.flush()  # type: ignore[attr-defined]  # what on_response_complete does (HEAD: no body write)
+    assert rec.writes[-1] == b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n" and owner._holding is None
+    hold2, rec2, _ = _hold()
+    hold2.write(b"HTTP/1.1 500 Internal Server Error\r\n\r\n")  # type: ignore[attr-defined]
+    hold2.close()  # type: ignore[attr-defined]
+    assert rec2.writes == [b"HTTP/1.1 500 Internal Server Error\r\n\r\n"] and rec2.closed
