@@ -6,29 +6,20 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from tests.support.procs import free_port, running, sim_args, write_policy
+from tests.support.procs import write_policy
+from tests.support.stack import Stack
 
 
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
     tmp = tmp_path_factory.mktemp("head-hold")
-    sim, gw = free_port(), free_port()
-    policy = write_policy(
-        tmp / "policy.yaml", {"small": f"http://127.0.0.1:{sim}"}, "tenancy: {auth: disabled}\n"
-    )
-    with (
-        running(sim_args(sim, "small", "--profile", "instant"), f"http://127.0.0.1:{sim}/health"),
-        running(
-            ["serve", "--config", str(policy), "--port", str(gw)],
-            f"http://127.0.0.1:{gw}/healthz",
-            log=Path(tmp / "gateway.log"),
-        ),
-    ):
-        yield gw
+    with Stack(tmp) as s:
+        sim = s.sim("small", "--profile", "instant")
+        gw = s.gateway(write_policy(tmp / "policy.yaml", {"small": sim.url}, "tenancy: {auth: disabled}\n"))
+        yield gw.port
 
 
 def _read_response(sock: socket.socket, head_only: bool = False) -> bytes:
