@@ -19,11 +19,15 @@ class Route:
     # `x-llmgw-tier: <pool>` on every answer this route gives (built once, not per request).
     tier: tuple[bytes, bytes] = field(init=False)
     upstream_model: str = field(init=False)  # what the engine gets in `model`
+    # The labels a request it served is counted under: alias, pool, adapter (metrics, log, traces).
+    served: tuple[str, str, str | None] = field(init=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tier", (b"x-llmgw-tier", self.pool.config.name.encode()))
         adapter = self.adapter
         object.__setattr__(self, "upstream_model", adapter.name if adapter else self.pool.config.model)
+        labels = (self.model.name, self.pool.config.name, adapter.name if adapter else None)
+        object.__setattr__(self, "served", labels)
 
     def count_usage(self, input_tokens: int, output_tokens: int) -> None:
         self.metrics.input_tokens.inc(input_tokens)

@@ -31,7 +31,7 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from gateway.config import Tenancy
@@ -63,12 +63,24 @@ _UNKNOWN_WHILE_DOWN = (
 )
 
 
+# Held requests (a pool's hold queue) are served by tier priority, then in arrival order.
+_RANK = {"premium": 1, "standard": 0}
+
+
 @dataclass(frozen=True, slots=True)
 class Principal:
+    """The caller of a request (the request record's identity part, written by authenticate)."""
+
     tenant: Tenant
     key_id: str
     pools: frozenset[str] = frozenset()  # pools its requests may be served by; empty = any
     models: frozenset[str] = frozenset()  # aliases it may call; empty = any
+    # Its requests' priority in a pool's hold queue (from its tier's priority; higher first): set once
+    # per key here, read per request.
+    rank: int = field(init=False, default=0)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "rank", _RANK.get(self.tenant.priority, 0))
 
 
 @dataclass(frozen=True, slots=True)
