@@ -1,5 +1,6 @@
-"""The HTTP edge: ASGI types, the request's identity and headers, its record (`Exchange`), errors in
-the OpenAI shape, and the FastAPI side for everything off the hot path.
+"""The HTTP edge: ASGI types, the request's id and headers, its HTTP facts (`Exchange`: the request
+record's `http` part, gateway.record), errors in the OpenAI shape, and the FastAPI side for everything
+off the hot path.
 
 Modules: `exchange` (ASGI types, Kind, RequestIds, RequestHeaders, Exchange, send_error), `api` (the
 FastAPI app: health, readiness, metrics, models, admin, OpenAPI), `openapi` (schemas), `drain`

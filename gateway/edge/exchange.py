@@ -17,10 +17,12 @@ import os
 import re
 from collections.abc import Awaitable, Callable, MutableMapping
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gateway.errors import GatewayError
-from ratelimit.model import Tenant
+
+if TYPE_CHECKING:
+    from gateway.dialects.exchange import DialectSend
 
 # How long a pool call runs before the relay watches for the client leaving. Short against any LLM
 # generation (what cancelling saves), long against a fast answer (which then costs no task).
@@ -108,65 +110,49 @@ async def send_error(send: Send, err: GatewayError, request_id: bytes) -> None:
 
 
 class Exchange:
-    """One request's record: who, where to, how it ended, its usage and timings (what settlement and
-    observability read), and the disconnect watcher. The relay's `RequestContext` extends it with the
-    pipeline's own state; everything downstream of the relay sees only this."""
+    """One request's HTTP facts: its id, the endpoint it came in on and the one asked of the pool, its
+    headers and the `send` its answers go through, arrival, status, whether the answer is a stream,
+    end-to-end time, and the disconnect watcher. What the relay's stages decide lives in the parts of
+    `gateway.record.RequestRecord`, which holds this exchange."""
 
     __slots__ = (
-        "rid", "kind", "endpoint", "tenant", "priority", "model", "pool", "status", "stream", "e2e",
-        "task", "finished", "client_gone", "watcher", "watch_timer", "usage_in", "usage_out", "reported",
-        "ttft", "tpot", "broken", "costs", "notes", "capture", "span", "cache", "speculating", "refusal",
-        "outcome", "adapter",
+        "rid", "endpoint", "kind", "headers", "reply", "t0", "task", "status", "stream", "e2e",
+        "finished", "client_gone", "watching",
     )  # fmt: skip
 
-    def __init__(self, rid: bytes = b"", kind: Kind = Kind.CHAT) -> None:
+    def __init__(
+        self,
+        rid: bytes,
+        kind: Kind,
+        headers: RequestHeaders,
+        t0: float,
+        reply: DialectSend | None = None,
+    ) -> None:
         self.rid = rid
-        self.kind = kind  # the endpoint asked of the pool (a dialect's request is asked as chat)
         self.endpoint = kind  # the endpoint the client called: labels metrics, logs and traces
-        self.tenant: Tenant | None = None  # None until authenticated
-        self.priority = 0  # the pool hold queue's priority (from the tenant's tier)
-        self.model = "-"  # the alias that served (labels metrics), "-" before routing
-        self.pool = "-"  # the pool that served, CACHE_POOL for a cache hit
-        self.adapter: str | None = None  # the LoRA adapter that served (labels the adapter metrics)
-        self.status = 500
-        self.stream = False
-        self.e2e = 0.0  # arrival -> last byte, seconds
+        self.kind = kind  # the endpoint asked of the pool (read: a dialect's request is asked as chat)
+        self.headers = headers
+        self.reply = reply  # a dialect's request: the `send` that translates its answers
+        self.t0 = t0  # arrival (perf_counter)
         self.task = asyncio.current_task()
-        self.finished = False
+        self.status = 500
+        self.stream = False  # the answer is an SSE stream (normalize, or the cache's replay)
+        self.e2e = 0.0  # arrival -> last byte, seconds (set when the request ends)
+        self.finished = False  # `done`: nothing more is sent, nothing is watched
         self.client_gone = False
-        self.watcher: asyncio.Future[Message] | None = None
-        self.watch_timer: asyncio.TimerHandle | None = None
-        self.usage_in = 0
-        self.usage_out = 0
-        self.reported = False  # usage came from the pool (else it is the gateway's own count)
-        # What the SLO judge and cost accounting read when the request ends (gateway.observability.observer).
-        self.ttft: float | None = None  # arrival -> first token event sent (streams relayed live)
-        self.tpot: float | None = None  # mean time per output token after the first (streams)
-        self.broken = False  # the pool broke the stream off after it started
-        self.costs: list[tuple[str, float]] | None = None  # a cascade's (pool, USD) per priced call
-        # Request log only (gateway.observability.request_log): None when it is off, so the relay
-        # skips the bookkeeping.
-        self.notes: dict[str, Any] | None = None  # routing decision, escalations, the body (text on)
-        self.capture: list[bytes] | None = None  # relayed answer bytes (text logging on)
-        # A routed answer's outcome record (gateway.routing.learning), kept with the delivery so that
-        # feedback on it can teach the router, on whichever replica the feedback reaches.
-        self.outcome: bytes | None = None
-        self.span: Any = None  # the root span when tracing is on (gateway.observability.tracing.RootSpan)
-        self.cache: bytes | None = None  # the cache status (hit, semantic-hit, miss, bypass) once known
-        # Speculative admission (limits.speculative): the pool is being called while the admission is
-        # in flight; a refusal arriving then cancels the task and is answered as `refusal`.
-        self.speculating = False
-        self.refusal: GatewayError | None = None
+        # The watcher: its timer until `WATCH_AFTER_S`, then the receive call it waits on.
+        self.watching: asyncio.TimerHandle | asyncio.Future[Message] | None = None
 
     def watch(self, receive: Receive) -> None:
         """Watch for the client leaving from `WATCH_AFTER_S` on, until `done`."""
-        self.watch_timer = asyncio.get_running_loop().call_later(WATCH_AFTER_S, self._start_watch, receive)
+        self.watching = asyncio.get_running_loop().call_later(WATCH_AFTER_S, self._start_watch, receive)
 
     def _start_watch(self, receive: Receive) -> None:
-        self.watch_timer = None
-        if not self.finished:
-            self.watcher = asyncio.ensure_future(receive())
-            self.watcher.add_done_callback(self._on_receive)
+        if self.finished:
+            self.watching = None
+            return
+        watcher = self.watching = asyncio.ensure_future(receive())
+        watcher.add_done_callback(self._on_receive)
 
     def _on_receive(self, fut: asyncio.Future[Message]) -> None:
         if fut.cancelled() or self.finished:
@@ -176,37 +162,13 @@ class Exchange:
             if self.task is not None:
                 self.task.cancel()
 
-    def speculate(self, admission: asyncio.Future[Any]) -> None:
-        """The pool is called while `admission` is in flight: its refusal must stop that call."""
-        self.speculating = True
-        admission.add_done_callback(self.on_admission)
-
-    def on_admission(self, admission: asyncio.Future[Any]) -> None:
-        """Done-callback of a speculative admission: a refusal stops the pool call in flight."""
-        if admission.cancelled() or self.finished:
-            return
-        err = admission.exception()
-        # Anything else (a bug) surfaces where the relay awaits the admission, as it would unspeculated.
-        if isinstance(err, GatewayError) and self.speculating:
-            self.speculating = False
-            self.refusal = err
-            if self.task is not None:
-                self.task.cancel()
-
     def done(self) -> None:
+        """Nothing more is sent: the watcher (its timer, or the receive call it waits on) is stopped."""
         self.finished = True
-        if self.watch_timer is not None:
-            self.watch_timer.cancel()
-            self.watch_timer = None
-        if self.watcher is not None and not self.watcher.done():
-            self.watcher.cancel()
-
-    def record(self, usage: Any) -> None:
-        if isinstance(usage, dict):
-            pt, ct = usage.get("prompt_tokens"), usage.get("completion_tokens")
-            self.usage_in = pt if isinstance(pt, int) else 0
-            self.usage_out = ct if isinstance(ct, int) else 0
-            self.reported = True
+        watching = self.watching
+        if watching is not None:
+            watching.cancel()  # a timer's, or a pending receive's (a no-op once it completed)
+            self.watching = None
 
 
 class RequestHeaders:

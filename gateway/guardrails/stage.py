@@ -12,14 +12,17 @@ log is on). The relay's json_schema output policy records its events through `re
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from gateway.edge.exchange import Exchange, Kind
+from gateway.edge.exchange import Kind
 from gateway.guardrails.plan import GuardPlan, GuardTable
 from gateway.guardrails.screen import Event, screen
 from gateway.observability.lean import CounterChild
 from gateway.observability.metrics import Metrics
 from gateway.observability.tracing import TraceHooks
+
+if TYPE_CHECKING:
+    from gateway.record import RequestRecord
 
 __all__ = ["InputGuard"]
 
@@ -31,13 +34,13 @@ class InputGuard:
         self._children: dict[tuple[str, str], CounterChild] = {}
         self._trace = tracing
 
-    def plan(self, req: Exchange, alias: str) -> GuardPlan | None:
-        tenant = req.tenant
-        if tenant is None:
+    def plan(self, req: RequestRecord, alias: str) -> GuardPlan | None:
+        who = req.who
+        if who is None:
             return None
-        return self.table.lookup(alias, tenant.tier, tenant.key_id)
+        return self.table.lookup(alias, who.tenant.tier, who.tenant.key_id)
 
-    def __call__(self, req: Exchange, kind: Kind, alias: str, body: dict[str, Any]) -> GuardPlan | None:
+    def screen(self, req: RequestRecord, kind: Kind, alias: str, body: dict[str, Any]) -> GuardPlan | None:
         """Screen `body` (rewritten in place by redactions); raises the refusal. Returns the plan (its
         output policy is the relay's to apply), None when no guardrail applies."""
         plan = self.plan(req, alias)
@@ -57,14 +60,18 @@ class InputGuard:
             child = self._children[key] = self._events.labels(guardrail, action)
         child.inc()
 
-    def record(self, req: Exchange, events: list[Event]) -> None:
+    def record(self, req: RequestRecord, events: list[Event]) -> None:
+        """Count `events`, and note them in the request's log notes and on its root span (`req.obs`)."""
         for e in events:
             self.count(e.guardrail, e.action)
-        if req.notes is not None:
-            req.notes.setdefault("guardrails", []).extend(
+        obs = req.obs
+        if obs is None:
+            return
+        if obs.notes is not None:
+            obs.notes.setdefault("guardrails", []).extend(
                 {"guardrail": e.guardrail, "action": e.action, "where": e.where} for e in events
             )
-        if req.span is not None:
+        if obs.span is not None:
             for e in events:
                 attrs = {"llmgw.guardrail": e.guardrail, "llmgw.action": e.action, "llmgw.where": e.where}
-                self._trace.event(req.span, "llmgw.guardrail", attrs)
+                self._trace.event(obs.span, "llmgw.guardrail", attrs)

@@ -11,16 +11,19 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from gateway.config import Policy
-from gateway.edge.exchange import Exchange
 from gateway.observability._buckets import TTFT_BUCKETS
 from pools.lora import PLACEMENTS
 from pools.pool import ReplicaPool
+
+if TYPE_CHECKING:
+    from gateway.record import RequestRecord
 
 __all__ = ["LOAD_OUTCOMES", "AdapterCollector", "AdapterMetrics"]
 
@@ -63,16 +66,19 @@ class AdapterMetrics:
                 for outcome in LOAD_OUTCOMES:
                     self.loads.labels(p.name, a.name, outcome)
 
-    def finish(self, req: Exchange, adapter: str) -> None:
-        """One adapter request ended (status, usage and TTFT are on `req`)."""
-        pool = req.pool
-        self.requests.labels(pool, adapter, str(req.status)).inc()
-        if req.usage_in:
-            self.tokens.labels(pool, adapter, "input").inc(req.usage_in)
-        if req.usage_out:
-            self.tokens.labels(pool, adapter, "output").inc(req.usage_out)
-        if req.ttft is not None:
-            self.ttft.labels(pool, adapter).observe(req.ttft)
+    def finish(self, req: RequestRecord, pool: str, adapter: str) -> None:
+        """One request served by `adapter` on `pool` ended (status on `req.http`; usage and TTFT in
+        `req.answer`)."""
+        self.requests.labels(pool, adapter, str(req.http.status)).inc()
+        answer = req.answer
+        if answer is None:
+            return
+        if answer.usage_in:
+            self.tokens.labels(pool, adapter, "input").inc(answer.usage_in)
+        if answer.usage_out:
+            self.tokens.labels(pool, adapter, "output").inc(answer.usage_out)
+        if answer.ttft is not None:
+            self.ttft.labels(pool, adapter).observe(answer.ttft)
 
 
 class AdapterCollector(Collector):

@@ -24,12 +24,16 @@ the policy), not the tenant: children are resolved at start-up, the hot path onl
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry
 
 from gateway.config import Policy, SloClass
-from gateway.edge.exchange import Exchange
 from gateway.observability.lean import Counter, CounterChild
+
+if TYPE_CHECKING:
+    from gateway.edge.exchange import Exchange
+    from gateway.record import Answer
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,17 +84,20 @@ class SloChildren:
     met: CounterChild
     missed: CounterChild
 
-    def record(self, req: Exchange) -> bool | None:
-        """Judge one finished request and count it; returns the verdict (None = not judged)."""
-        status = req.status
+    def record(self, x: Exchange, answer: Answer | None) -> bool | None:
+        """Judge one finished request (its exchange and answer) and count it; returns the verdict (None
+        = not judged)."""
+        status = x.status
         if status >= 500:
             verdict: bool | None = False
         elif status != 200:
             return None
-        elif req.broken:
+        elif answer is None:  # a 200 without a pool's answer (count_tokens): nothing to time
+            verdict = judge(self.targets, x.stream, None, None, x.e2e, 0)
+        elif answer.broken:
             verdict = False
         else:
-            verdict = judge(self.targets, req.stream, req.ttft, req.tpot, req.e2e, req.usage_out)
+            verdict = judge(self.targets, x.stream, answer.ttft, answer.tpot, x.e2e, answer.usage_out)
         if verdict is True:
             self.met.inc()
         elif verdict is False:

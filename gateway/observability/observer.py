@@ -13,16 +13,20 @@ alert unevaluable and a dashboard panel say "No data" instead of 0.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gateway.config import Policy
-from gateway.edge.exchange import Exchange, Kind
+from gateway.edge.exchange import Kind
 from gateway.observability.cost import CostMetrics
 from gateway.observability.feedback import Feedback, FeedbackStore
 from gateway.observability.goodput import SloMetrics
 from gateway.observability.metrics import Metrics
 from gateway.observability.request_log import RequestLog
 from gateway.observability.tracing import NoTracing, TraceHooks
+from gateway.record import Observed
+
+if TYPE_CHECKING:
+    from gateway.record import RequestRecord
 
 FEEDBACK_TTL_S = 3600.0
 FEEDBACK_MAX_ENTRIES = 50_000
@@ -53,64 +57,81 @@ class Observer:
         self.log = request_log
         self.tracing: TraceHooks = tracing or NoTracing()
         self._tracer = self.tracing if self.tracing.enabled else None
+        # Whether `start` and `begin` do anything (tracing or the request log is on): the relay skips
+        # calling them otherwise.
+        self.per_request = self._tracer is not None or request_log is not None
 
-    def start(self, req: Exchange, kind: Kind, headers: list[tuple[bytes, bytes]]) -> None:
-        """A request arrived: its root span when tracing is on (current until `finish`)."""
+    def start(self, req: RequestRecord, kind: Kind, headers: list[tuple[bytes, bytes]]) -> None:
+        """A request arrived: its root span when tracing is on (current until `finish`; `req.obs`)."""
         if self._tracer is not None:
-            req.span = self._tracer.start_request(kind, headers)
+            req.obs = Observed(self._tracer.start_request(kind, headers), None)
 
-    def begin(self, req: Exchange, kind: Kind, body: dict[str, Any]) -> None:
+    def begin(self, req: RequestRecord, kind: Kind, body: dict[str, Any]) -> None:
         """A request's body is parsed: its span's request attributes, what the request log needs."""
-        if req.span is not None:
-            self.tracing.request_body(req.span, kind, body)
+        obs = req.obs
+        if obs is not None and obs.span is not None:
+            self.tracing.request_body(obs.span, kind, body)
         if self.log is not None:
-            self.log.begin(req, body)
+            notes = self.log.begin(body)
+            if obs is None:
+                req.obs = Observed(None, notes)
+            else:
+                obs.notes = notes
 
-    def finish(self, req: Exchange) -> None:
-        """One request ended (its status, e2e and where it went are on `req`; `req.tenant` is None
-        before authentication)."""
-        tenant, model, pool, status = req.tenant, req.model, req.pool, req.status
+    def finish(self, req: RequestRecord, model: str, pool: str, adapter: str | None) -> None:
+        """One request ended, served by `model` on `pool` (with a LoRA `adapter`), or "-" before
+        routing; its status, e2e and usage are on `req` (`req.who` is None before authentication)."""
+        x, answer = req.http, req.answer
+        status = x.status
+        if answer is not None:
+            usage_in, usage_out, costs = answer.usage_in, answer.usage_out, answer.costs
+        else:
+            usage_in = usage_out = 0
+            costs = None
         slo = self._slo.get((model, pool))
-        verdict = slo.record(req) if slo is not None else None
+        verdict = slo.record(x, answer) if slo is not None else None
         cost: float | None = None
+        who = req.who
+        tenant = who.tenant if who is not None else None
         if tenant is not None:
             org = tenant.org
-            self.cost.count(org, pool, status, req.usage_in, req.usage_out)
-            if req.costs is not None:
+            self.cost.count(org, pool, status, usage_in, usage_out)
+            if costs is not None:
                 cost = 0.0
-                for call_pool, usd in req.costs:
+                for call_pool, usd in costs:
                     self.cost.charge(org, call_pool, usd)
                     cost += usd
-            elif req.usage_in or req.usage_out:
-                adapter = req.adapter
+            elif usage_in or usage_out:
                 price = (
                     self._prices.get((model, pool))
                     if adapter is None
                     else self._adapter_prices.get((pool, adapter))
                 )
                 if price is not None:
-                    cost = price.cost(req.usage_in, req.usage_out)
+                    cost = price.cost(usage_in, usage_out)
                     self.cost.charge(org, pool, cost)
             if status == 200:
                 self.cost.accept(org, pool)
-                self._remember(org, req.rid.decode(), pool, req.outcome)
-        if req.adapter is not None:
-            self.adapters.finish(req, req.adapter)
+                self._remember(org, x.rid.decode(), pool, answer.outcome if answer is not None else None)
+        if adapter is not None:
+            self.adapters.finish(req, pool, adapter)
         if self.log is not None:
-            self.log.write(req, cost, verdict)
-        if req.span is not None:
+            self.log.write(req, model, pool, adapter, cost, verdict)
+        obs = req.obs
+        if obs is not None and obs.span is not None:
+            cache = req.cache
             attrs = {
-                "gen_ai.usage.input_tokens": req.usage_in,
-                "gen_ai.usage.output_tokens": req.usage_out,
-                "gen_ai.response.time_to_first_chunk": req.ttft,
-                "llmgw.request_id": req.rid.decode(),
+                "gen_ai.usage.input_tokens": usage_in,
+                "gen_ai.usage.output_tokens": usage_out,
+                "gen_ai.response.time_to_first_chunk": answer.ttft if answer is not None else None,
+                "llmgw.request_id": x.rid.decode(),
                 "llmgw.alias": model,
                 "llmgw.pool": pool,
-                "llmgw.adapter": req.adapter,
+                "llmgw.adapter": adapter,
                 "llmgw.org": tenant.org if tenant else None,
                 "llmgw.app": tenant.app if tenant else None,
                 "llmgw.cost_usd": cost,
                 "llmgw.slo": None if verdict is None else ("met" if verdict else "missed"),
-                "llmgw.cache": req.cache.decode() if req.cache is not None else None,
+                "llmgw.cache": cache.status.decode() if cache is not None else None,
             }
-            self.tracing.end_request(req.span, attrs, status)
+            self.tracing.end_request(obs.span, attrs, status)

@@ -9,7 +9,8 @@ after `gateway.observability.redact` has replaced e-mail addresses, phone and ca
 and bearer tokens: nothing unredacted is ever handed to the logger.
 
 Text capture costs a copy of each relayed chunk, so the relay keeps chunks only when text logging is
-on (`Exchange.capture`); without it the log costs one dict and one `orjson.dumps` per request.
+on (`gateway.record.Answer.capture`); without it the log costs one dict and one `orjson.dumps` per
+request.
 """
 
 from __future__ import annotations
@@ -17,13 +18,15 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from gateway.edge.exchange import Exchange
 from gateway.observability.redact import redact
 from gateway.sse import payloads
+
+if TYPE_CHECKING:
+    from gateway.record import RequestRecord
 
 LOGGER = "llmgw.requests"
 
@@ -45,45 +48,56 @@ class RequestLog:
         self._log = logger
         self.text = text
 
-    def begin(self, req: Exchange, body: dict[str, Any]) -> None:
-        req.notes = {"body": body} if self.text else {}
-        if self.text:
-            req.capture = []
+    def begin(self, body: dict[str, Any]) -> dict[str, Any]:
+        """A request's notes (the stages add its routing decision and guardrails): the body with text
+        on. (The relay then keeps the answer's bytes: `gateway.record.Answer.capture`.)"""
+        return {"body": body} if self.text else {}
 
-    def write(self, req: Exchange, cost: float | None, slo: bool | None) -> None:
-        tenant = req.tenant
-        notes = req.notes or {}
+    def write(
+        self,
+        req: RequestRecord,
+        model: str,
+        pool: str,
+        adapter: str | None,
+        cost: float | None,
+        slo: bool | None,
+    ) -> None:
+        """One line for a request that ended, served by `model` on `pool` (and `adapter`)."""
+        x, who, answer, obs, cache = req.http, req.who, req.answer, req.obs, req.cache
+        tenant = who.tenant if who is not None else None
+        notes = (obs.notes if obs is not None else None) or {}
         rec: dict[str, Any] = {
             "ts": round(time.time(), 3),
-            "request_id": req.rid.decode(),
+            "request_id": x.rid.decode(),
             "org": tenant.org if tenant else None,
             "app": tenant.app if tenant else None,
             "key_id": tenant.key_id if tenant else None,
-            "endpoint": req.endpoint.value,
-            "alias": req.model,
-            "pool": req.pool,
-            "adapter": req.adapter,
-            "stream": req.stream,
-            "status": req.status,
-            "input_tokens": req.usage_in,
-            "output_tokens": req.usage_out,
-            "ttft_ms": _ms(req.ttft),
-            "tpot_ms": _ms(req.tpot),
-            "e2e_ms": _ms(req.e2e),
+            "endpoint": x.endpoint.value,
+            "alias": model,
+            "pool": pool,
+            "adapter": adapter,
+            "stream": x.stream,
+            "status": x.status,
+            "input_tokens": answer.usage_in if answer is not None else 0,
+            "output_tokens": answer.usage_out if answer is not None else 0,
+            "ttft_ms": _ms(answer.ttft) if answer is not None else None,
+            "tpot_ms": _ms(answer.tpot) if answer is not None else None,
+            "e2e_ms": _ms(x.e2e),
             "cost_usd": cost,
             "slo": None if slo is None else ("met" if slo else "missed"),
-            "cache": req.cache.decode() if req.cache is not None else None,
+            "cache": cache.status.decode() if cache is not None else None,
         }
         route = notes.get("route")
         if route is not None:
-            rec["route"] = {**route, "tier": req.pool, "escalations": notes.get("escalations", 0)}
+            rec["route"] = {**route, "tier": pool, "escalations": notes.get("escalations", 0)}
         guardrails = notes.get("guardrails")
         if guardrails:  # which guardrail acted, how, where (gateway/guardrails/): never what matched
             rec["guardrails"] = guardrails
         if self.text:
             body = notes.get("body")
             rec["prompt"] = redact(prompt_text(body)) if isinstance(body, dict) else None
-            rec["response"] = redact(response_text(b"".join(req.capture or ())))
+            captured = answer.capture if answer is not None else None
+            rec["response"] = redact(response_text(b"".join(captured or ())))
         self._log.info(orjson.dumps(rec).decode())
 
 

@@ -17,7 +17,7 @@ from gateway.budget.admission import Admissions, Ticket
 from gateway.budget.estimate import InputEstimates, InputSize
 from gateway.edge.exchange import RequestIds
 from gateway.observability.tracing import TraceHooks
-from gateway.relay._context import RequestContext
+from gateway.record import Budget, RequestRecord, Speculation
 from gateway.relay.response_cache import BYPASS
 from gateway.routing.route import Route
 
@@ -31,16 +31,17 @@ class Admit:
         self._estimates = InputEstimates(bytes_per_token)
         self._trace = trace
 
-    async def __call__(self, ctx: RequestContext, route: Route, running: int) -> None:
-        """Reserve for the request (or start a speculative admission); sets `ctx.pending`.
-        `running`: the requests this process is handling (gates speculation)."""
-        prep, decided, tenant = ctx.prep, ctx.decided, ctx.tenant
-        assert prep is not None and tenant is not None
+    async def reserve(self, req: RequestRecord, route: Route, open_ended: bool, running: int) -> Budget:
+        """Reserve for the request, or start a speculative admission: `req.budget`, returned.
+        `open_ended`: the client set no max_tokens; `running`: the requests this process is handling
+        (gates speculation)."""
+        prep, decided, who = req.prep, req.decided, req.who
+        assert prep is not None and who is not None
         calls = decided.calls if decided is not None and decided.plan.cascade else 1
         granted = (prep.max_tokens or 0) * prep.outputs * calls
         admissions = self._admissions
-        ctx.topup = prep.stream and ctx.open_ended and calls == 1 and granted > admissions.stream_chunk_tokens
-        if ctx.topup:
+        topup = prep.stream and open_ended and calls == 1 and granted > admissions.stream_chunk_tokens
+        if topup:
             # Meter the stream as it runs (vLLM: cumulative usage on every chunk).
             prep.body["stream_options"]["continuous_usage_stats"] = True
         # Leases need an id unique per admission; a client's x-request-id may repeat.
@@ -54,67 +55,76 @@ class Admit:
             assert decided is not None
             estimate = max(self._estimates.of(r.pool.config.name).tokens(prep.size) for r in decided.routes)
             estimate *= calls
-        ctx.reserved_in, ctx.granted_out = estimate, granted
-        admission = admissions.admit(lease_id, tenant, pool, estimate, granted, ctx.topup)
+        budget = req.budget = Budget(estimate, granted, topup)
+        admission = admissions.admit(lease_id, who.tenant, pool, estimate, granted, topup)
         if (
             decided is None
             and route.pool.config.engine == "vllm"  # no speculative calls to billed APIs
-            and admissions.may_speculate(tenant, running)
+            and admissions.may_speculate(who.tenant, running)
         ):
-            ctx.pending = ctx.admitting = admissions.speculate(admission)
-            ctx.speculate(ctx.admitting)
+            budget.speculation = Speculation(req.http, admissions.speculate(admission))
             # One loop turn lets the admission task write its script call now, so Redis works on
             # it while this task builds and sends the pool request (tasks start a turn later).
             await asyncio.sleep(0)
-            return
+            return budget
         with self._trace.span("rate_limit"):
-            ticket = ctx.pending = ctx.ticket = await admission
-        ticket.headers.append((b"x-llmgw-cache-status", ctx.cache or BYPASS))
+            ticket = budget.ticket = await admission
+        cache = req.cache
+        ticket.headers.append((b"x-llmgw-cache-status", cache.status if cache is not None else BYPASS))
         if decided is not None:
             ticket.headers.extend(decided.headers)  # a cascade's runner says which tier answered
         else:
             ticket.headers.append(route.tier)
+        return budget
 
     def count(self, pool: str, size: InputSize) -> int:
         """The input tokens a prompt of `size` is estimated at on `pool` (count_tokens)."""
         return self._estimates.of(pool).tokens(size)
 
-    async def granted(self, ctx: RequestContext) -> Ticket:
-        """The ticket, once the pool answered: a speculative admission is awaited here, before anything
-        is sent to the client; its refusal is raised (the pool's answer is dropped)."""
-        pending = ctx.pending
-        if isinstance(pending, Ticket):
-            return pending
-        assert pending is not None
-        ctx.speculating = False
+    async def granted(self, req: RequestRecord, budget: Budget) -> Ticket:
+        """The ticket of `req`'s `budget`, once the pool answered: a speculative admission is awaited
+        here, before anything is sent to the client; its refusal is raised (the pool's answer is
+        dropped)."""
+        speculation = budget.speculation
+        if speculation is None:
+            ticket = budget.ticket
+            assert ticket is not None
+            return ticket
+        speculation.speculating = False
         with self._trace.span("rate_limit"):
-            ticket = await pending
-        ticket.headers.append((b"x-llmgw-cache-status", ctx.cache or BYPASS))
-        if ctx.route is not None:
-            ticket.headers.append(ctx.route.tier)  # speculation: direct aliases only
+            ticket = await speculation.admitting
+        cache = req.cache
+        ticket.headers.append((b"x-llmgw-cache-status", cache.status if cache is not None else BYPASS))
+        if req.route is not None:
+            ticket.headers.append(req.route.tier)  # speculation: direct aliases only
         return ticket
 
-    def settle(self, ctx: RequestContext) -> None:
+    def settle(self, req: RequestRecord, budget: Budget) -> None:
         """Stage 8: charge what the request used and release its hold (a speculative admission still
         in flight is settled when it arrives)."""
-        if ctx.admitting is not None:
+        if budget.speculation is not None:
             # Refused: nothing to settle. Still in flight (the request ended first): settle on arrival.
-            ctx.ticket = self._admissions.granted(ctx.admitting, lambda t: self._settle(t, ctx))
-        if ctx.ticket is not None:
-            self._settle(ctx.ticket, ctx)
+            admitting = budget.speculation.admitting
+            budget.ticket = self._admissions.granted(admitting, lambda t: self._settle(t, req))
+        if budget.ticket is not None:
+            self._settle(budget.ticket, req)
 
-    def _settle(self, ticket: Ticket, ctx: RequestContext) -> None:
-        if not ctx.reported and ctx.usage_out == 0 and ctx.status != 499:
-            ctx.usage_in = 0  # the pool failed before doing work it reported
-        elif not ctx.reported:
-            ctx.usage_in = ticket.input_estimate  # the client left: the prompt was processed
-        elif ctx.fault is None and ctx.status == 200:
-            self._calibrate(ctx)
-        self._admissions.settle(ticket, ctx.usage_in, ctx.usage_out)
-
-    def _calibrate(self, ctx: RequestContext) -> None:
-        """Teach the pool's estimate the prompt tokens it reported (one call to one pool only: a
-        cascade's usage is a sum over pools)."""
-        decided, route, prep = ctx.decided, ctx.route, ctx.prep
-        if (decided is None or not decided.plan.cascade) and route is not None and prep is not None:
-            self._estimates.of(route.pool.config.name).observe(prep.size, ctx.usage_in)
+    def _settle(self, ticket: Ticket, req: RequestRecord) -> None:
+        """Charge `ticket` what the answer used: the pool's reported usage, else what the pool must have
+        done (nothing when it failed first; the prompt when the client left). A sane report on one
+        pool teaches that pool's input estimate."""
+        answer = req.answer
+        status = req.http.status
+        if answer is None:  # it ended before its call began
+            self._admissions.settle(ticket, ticket.input_estimate if status == 499 else 0, 0)
+            return
+        if not answer.reported:
+            # Before doing work it reported, the pool failed (charged nothing) or the client left (the
+            # prompt was processed).
+            answer.usage_in = 0 if answer.usage_out == 0 and status != 499 else ticket.input_estimate
+        elif answer.fault is None and status == 200:
+            # One call to one pool only: a cascade's usage is a sum over pools.
+            route, prep, decided = answer.route, req.prep, req.decided
+            if route is not None and prep is not None and (decided is None or not decided.plan.cascade):
+                self._estimates.of(route.pool.config.name).observe(prep.size, answer.usage_in)
+        self._admissions.settle(ticket, answer.usage_in, answer.usage_out)

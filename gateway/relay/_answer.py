@@ -2,7 +2,8 @@
 policy's first call and retry, read answers the same way).
 
 The answer must be a JSON object (else 502, counted as `malformed`); its usage is recorded on the
-request, checked against the reservation (gateway.budget.usage), and a bad count is counted per pool.
+request's answer part, checked against its reservation (gateway.budget.usage), and a bad count is
+counted per pool.
 """
 
 from __future__ import annotations
@@ -11,10 +12,10 @@ from typing import Any
 
 import orjson
 
-from gateway.budget.usage import UsageFaults
+from gateway.budget.usage import UsageFaults, checked
 from gateway.errors import UpstreamError
 from gateway.observability.metrics import Metrics
-from gateway.relay._context import RequestContext
+from gateway.record import Answer, Budget
 
 
 class AnswerReader:
@@ -24,8 +25,9 @@ class AnswerReader:
         self._malformed = metrics.upstream_errors
         self._faults = UsageFaults(metrics)
 
-    def read(self, ctx: RequestContext, pool: str, data: bytes) -> dict[str, Any]:
-        """The parsed answer; its usage is now `ctx.usage_in`/`usage_out` (raises the 502 if malformed)."""
+    def read(self, answer: Answer, budget: Budget, pool: str, data: bytes) -> dict[str, Any]:
+        """The parsed answer; its usage is now `answer.usage_in`/`usage_out`, checked against `budget`'s
+        reservation (raises the 502 if malformed)."""
         try:
             parsed = orjson.loads(data)
         except orjson.JSONDecodeError:
@@ -34,7 +36,8 @@ class AnswerReader:
             self._malformed.labels(pool, "malformed").inc()
             raise UpstreamError(f"pool '{pool}' returned a malformed response")
         usage = parsed.get("usage")
-        ctx.record(usage)
-        if ctx.fault is not None:
-            self._faults.count(pool, ctx.fault, usage)
+        answer.usage_in, answer.usage_out, fault = checked(usage, budget.reserved_in, budget.granted_out)
+        answer.fault, answer.reported = fault, True
+        if fault is not None:
+            self._faults.count(pool, fault, usage)
         return parsed

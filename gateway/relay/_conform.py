@@ -18,9 +18,9 @@ from gateway.errors import OutputSchemaError
 from gateway.guardrails.conformance import Check, StreamCheck, answers_conform
 from gateway.guardrails.screen import Event
 from gateway.guardrails.stage import InputGuard
+from gateway.record import RequestRecord
 from gateway.relay._admit import Admit
 from gateway.relay._answer import AnswerReader
-from gateway.relay._context import RequestContext
 from gateway.routing.aliases import call_body, sse_of
 from gateway.routing.route import Route
 from gateway.upstream.calls import CallSpec, PoolCalls
@@ -35,68 +35,71 @@ class Conform:
         self._answers = answers
         self._guard = guard
 
-    def count(self, ctx: RequestContext, action: str) -> None:
+    def count(self, req: RequestRecord, action: str) -> None:
         """One json_schema event, recorded as the input guardrails' are (counter, request log, trace;
         never the answer's text)."""
-        self._guard.record(ctx, [Event("json_schema", action, "response")])
+        self._guard.record(req, [Event("json_schema", action, "response")])
 
-    def failure(self, ctx: RequestContext) -> OutputSchemaError:
-        self.count(ctx, "failed")
+    def failure(self, req: RequestRecord) -> OutputSchemaError:
+        self.count(req, "failed")
         return OutputSchemaError(_VIOLATION + " (the gateway's json_schema guardrail)")
 
-    def stream_check(self, ctx: RequestContext, check: Check) -> StreamCheck:
+    def stream_check(self, req: RequestRecord, check: Check) -> StreamCheck:
         """A live stream's end-of-stream judge (`error`: a final error event; `pass`: counted only)."""
-        fails = ctx.guard is not None and ctx.guard.json_schema == "error"
+        guard = req.ask.guard if req.ask is not None else None
+        fails = guard is not None and guard.json_schema == "error"
         return StreamCheck(check, OutputSchemaError(_VIOLATION).body() if fails else None)
 
-    def streamed(self, ctx: RequestContext, check: StreamCheck) -> None:
+    def streamed(self, req: RequestRecord, check: StreamCheck) -> None:
         """Count a live stream's verdict once it ended."""
         if check.violated:
-            self.count(ctx, "failed" if check.fails else "passed")
+            self.count(req, "failed" if check.fails else "passed")
 
     async def unary(
-        self, ctx: RequestContext, route: Route, call: CallSpec, parsed: dict[str, Any]
+        self, req: RequestRecord, route: Route, call: CallSpec, parsed: dict[str, Any]
     ) -> tuple[bytes, dict[str, Any]] | None:
         """None: `parsed` may go out as the pool sent it. Else the retry's (bytes, body) to send instead;
         raises the 502 when the policy says so."""
-        check, guard = ctx.schema, ctx.guard
+        ask, answer, budget = req.ask, req.answer, req.budget
+        assert ask is not None and answer is not None and budget is not None
+        check, guard = ask.schema, ask.guard
         if check is None or guard is None or answers_conform(parsed, check):
             return None
         if guard.json_schema == "pass":
-            self.count(ctx, "passed")
+            self.count(req, "passed")
             return None
         if guard.json_schema != "retry_once":
-            raise self.failure(ctx)
-        self.count(ctx, "retried")
-        first = ctx.usage_in, ctx.usage_out  # the first answer's, as its caller recorded them
+            raise self.failure(req)
+        self.count(req, "retried")
+        first = answer.usage_in, answer.usage_out  # the first answer's, as its caller recorded them
         data = await self._calls.unary(route.pool, call)
-        retry = self._answers.read(ctx, route.pool.config.name, data)
-        ctx.usage_in += first[0]  # the first call's tokens were spent too
-        ctx.usage_out += first[1]
+        retry = self._answers.read(answer, budget, route.pool.config.name, data)
+        answer.usage_in += first[0]  # the first call's tokens were spent too
+        answer.usage_out += first[1]
         if not answers_conform(retry, check):
-            raise self.failure(ctx)
+            raise self.failure(req)
         return data, retry
 
-    async def buffered(self, ctx: RequestContext, route: Route, call: CallSpec, send: Send) -> None:
+    async def buffered(self, req: RequestRecord, route: Route, call: CallSpec, send: Send) -> None:
         """A stream under `retry_once`: judged whole, replayed as SSE."""
-        prep = ctx.prep
-        assert prep is not None
+        x, prep, answer, budget = req.http, req.prep, req.answer, req.budget
+        assert prep is not None and answer is not None and budget is not None
         payload = call_body(prep.body, str(prep.body.get("model")), False)
         unary = CallSpec(call.kind, payload, call.headers, call.key, call.priority, adapter=call.adapter)
         data = await self._calls.unary(route.pool, unary)
-        ticket = await self._admit.granted(ctx)
-        parsed = self._answers.read(ctx, route.pool.config.name, data)
-        retried = await self.unary(ctx, route, unary, parsed)
+        ticket = await self._admit.granted(req, budget)
+        parsed = self._answers.read(answer, budget, route.pool.config.name, data)
+        retried = await self.unary(req, route, unary, parsed)
         if retried is not None:
             parsed = retried[1]
-        usage = {"prompt_tokens": ctx.usage_in, "completion_tokens": ctx.usage_out}
+        usage = {"prompt_tokens": answer.usage_in, "completion_tokens": answer.usage_out}
         usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
-        route.count_usage(ctx.usage_in, ctx.usage_out)
+        route.count_usage(answer.usage_in, answer.usage_out)
         body = sse_of(parsed, usage if prep.client_usage else None)
-        if ctx.capture is not None:
-            ctx.capture.append(body)
-        ctx.done()
-        head = [*SSE_HEADERS, (b"x-request-id", ctx.rid), *ticket.headers]
+        if answer.capture is not None:
+            answer.capture.append(body)
+        x.done()
+        head = [*SSE_HEADERS, (b"x-request-id", x.rid), *ticket.headers]
         await send({"type": "http.response.start", "status": 200, "headers": head})
         await send({"type": "http.response.body", "body": body, "more_body": False})
-        ctx.status = 200
+        x.status = 200

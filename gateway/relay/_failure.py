@@ -5,22 +5,21 @@ from __future__ import annotations
 
 import contextlib
 
-from gateway.edge.exchange import Send, send_error
+from gateway.edge.exchange import Exchange, Send, send_error
 from gateway.errors import InternalError
-from gateway.relay._context import RequestContext
 from gateway.sse import error_event
 
 __all__ = ["answer_bug"]
 
 
-async def answer_bug(send: Send, ctx: RequestContext) -> None:
+async def answer_bug(send: Send, x: Exchange) -> None:
     """A JSON 500 (a dialect's `send` translates it); a stream that already started ends with it as an
     error event instead; a response already complete gets nothing more."""
     err = InternalError("the gateway failed to serve this request")
     try:
-        await send_error(send, err, ctx.rid)
+        await send_error(send, err, x.rid)
     except RuntimeError:  # the response head was already sent (uvicorn, or a dialect's stream)
-        if ctx.stream:
+        if x.stream:
             tail = error_event(err.body())
             with contextlib.suppress(RuntimeError):  # the stream had already ended
                 await send({"type": "http.response.body", "body": tail, "more_body": False})

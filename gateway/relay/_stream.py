@@ -24,14 +24,14 @@ from typing import Any
 import orjson
 
 from gateway.budget.admission import Admissions, Ticket
-from gateway.budget.usage import UsageFaults
+from gateway.budget.usage import UsageFaults, checked
 from gateway.edge.exchange import SSE_HEADERS, Kind, Message, Send
 from gateway.errors import TransportError, UpstreamError, UpstreamUnavailableError
 from gateway.guardrails.conformance import StreamCheck
 from gateway.observability.metrics import Metrics
+from gateway.record import Answer, Budget, RequestRecord
 from gateway.relay._admit import Admit
 from gateway.relay._conform import Conform
-from gateway.relay._context import RequestContext
 from gateway.routing.route import Route
 from gateway.sse import DONE, KeepingSplitter, SSESplitter, error_event
 from gateway.upstream.calls import CallSpec, OpenStream, PoolCalls
@@ -43,73 +43,95 @@ _SHUTDOWN_TAIL = error_event(
 
 class StreamCall:
     def __init__(
-        self, calls: PoolCalls, admit: Admit, admissions: Admissions, metrics: Metrics, conform: Conform
+        self,
+        calls: PoolCalls,
+        admit: Admit,
+        admissions: Admissions,
+        metrics: Metrics,
+        conform: Conform | None,
     ) -> None:
         self._calls = calls
-        self._conform = conform
+        self._conform = conform  # None: no guardrails profile, so no json_schema policy
         self._admit = admit
         self._admissions = admissions
         self._metrics = metrics
         self._faults = UsageFaults(metrics)
 
-    async def __call__(self, ctx: RequestContext, route: Route, call: CallSpec, send: Send) -> None:
+    async def call(
+        self, req: RequestRecord, answer: Answer, budget: Budget, route: Route, call: CallSpec, send: Send
+    ) -> None:
+        """One streamed call to `route`'s pool, relayed event by event; its usage, capture and timings
+        in `answer` (`req.answer`), checked and topped up against `budget`."""
+        x = req.http
         pool = route.pool
-        overhead = perf_counter() - ctx.t0
-        splitter = self._splitter(ctx, pool.config.name, call)
+        overhead = perf_counter() - x.t0
+        splitter = self._splitter(req, budget, pool.config.name, call)
         opened: OpenStream | None = None
         ticket: Ticket | None = None
         verdict, t_first, t_last = "neutral", 0.0, 0.0
         try:
             opened = await self._calls.open_stream(pool, call, splitter)
-            ticket = await self._admit.granted(ctx)
+            ticket = await self._admit.granted(req, budget)
             # The alias's json_schema policy (pass / error), judged at the stream's end (which may be
             # in the first read already).
-            check = self._conform.stream_check(ctx, ctx.schema) if ctx.schema is not None else None
-            first = checked = opened.first
+            check = self._check(req) if self._conform is not None else None
+            first = checked_first = opened.first
             if check is not None:
-                checked = check.feed(first)
+                checked_first = check.feed(first)
             t_first = t_last = await self._start(
-                ctx, route, ticket, send, _body(checked, splitter, checked is first)
+                req, answer, route, ticket, send, _body(checked_first, splitter, checked_first is first)
             )
             overhead += perf_counter() - t_first
-            verdict, t_out, relay_cost = await self._relay(ctx, route, opened, splitter, ticket, check, send)
+            verdict, t_out, relay_cost = await self._relay(
+                req, answer, budget, route, opened, splitter, ticket, check, send
+            )
             t_last = t_out or t_first
             overhead += relay_cost
-            ctx.status = 200
+            x.status = 200
         finally:
             if opened is not None:
                 # One call ends the stream: its connection (reused only when complete) and the lease.
-                opened.close(verdict, splitter.saw_done, t_first - ctx.t0 if t_first else None)
-                self._end(ctx, route, splitter, ticket, (verdict, t_first, t_last))
-                self._metrics.overhead_of(ctx.endpoint.value).observe(overhead)
+                opened.close(verdict, splitter.saw_done, t_first - x.t0 if t_first else None)
+                self._end(answer, budget, route, splitter, ticket, (verdict, t_first, t_last))
+                self._metrics.overhead_of(x.endpoint.value).observe(overhead)
+
+    def _check(self, req: RequestRecord) -> StreamCheck | None:
+        """The end-of-stream judge of the alias's json_schema policy, when the request has a schema."""
+        conform, ask = self._conform, req.ask
+        if conform is None or ask is None or ask.schema is None:  # (the caller checked `conform`)
+            return None
+        return conform.stream_check(req, ask.schema)
 
     @staticmethod
-    def _splitter(ctx: RequestContext, pool: str, call: CallSpec) -> SSESplitter:
+    def _splitter(req: RequestRecord, budget: Budget, pool: str, call: CallSpec) -> SSESplitter:
         """The stream's policy: cut the usage chunk unless the client asked for usage; strip the
-        per-chunk usage the gateway asked for (a stream metered as it runs: `ctx.topup`)."""
-        strip = not (ctx.prep is not None and ctx.prep.client_usage)
+        per-chunk usage the gateway asked for (a stream metered as it runs: `budget.topup`)."""
+        strip = not (req.prep is not None and req.prep.client_usage)
         rid = call.headers.get("x-request-id")
-        if ctx.reply is not None:  # a dialect's request: its translator takes the events found here
-            return KeepingSplitter(strip, ctx.topup, pool=pool, rid=rid)
-        return SSESplitter(strip, ctx.topup, pool=pool, rid=rid)
+        if req.http.reply is not None:  # a dialect's request: its translator takes the events found here
+            return KeepingSplitter(strip, budget.topup, pool=pool, rid=rid)
+        return SSESplitter(strip, budget.topup, pool=pool, rid=rid)
 
     async def _start(
-        self, ctx: RequestContext, route: Route, ticket: Ticket, send: Send, first: Message
+        self, req: RequestRecord, answer: Answer, route: Route, ticket: Ticket, send: Send, first: Message
     ) -> float:
         """Send the response head and the first event's body message; returns when (perf_counter)."""
+        x = req.http
         t = perf_counter()
-        headers = [*SSE_HEADERS, (b"x-request-id", ctx.rid), *ticket.headers]
+        headers = [*SSE_HEADERS, (b"x-request-id", x.rid), *ticket.headers]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
         await send(first)
-        if ctx.capture is not None:
-            ctx.capture.append(first["body"])
-        route.metrics.ttft.observe(t - ctx.t0)
-        ctx.ttft = t - ctx.t0
+        if answer.capture is not None:
+            answer.capture.append(first["body"])
+        ttft = answer.ttft = t - x.t0
+        route.metrics.ttft.observe(ttft)
         return t
 
     async def _relay(
         self,
-        ctx: RequestContext,
+        req: RequestRecord,
+        answer: Answer,
+        budget: Budget,
         route: Route,
         opened: OpenStream,
         splitter: SSESplitter,
@@ -119,17 +141,20 @@ class StreamCall:
     ) -> tuple[str, float, float]:
         """The rest of the stream and its tail: (verdict, time of the last output event, the relay's own
         CPU time). `check`: the schema judge of the alias's json_schema policy."""
+        x = req.http
         name = route.pool.config.name
-        read, capture = opened.read, ctx.capture
+        read, capture = opened.read, answer.capture
         keeping = isinstance(splitter, KeepingSplitter)
         verdict, t_last, overhead, tail = "neutral", 0.0, 0.0, b""
         try:
             while True:
-                if ctx.topup and ticket.topping_up and splitter.produced >= ticket.output_reserved:
+                if budget.topup and ticket.topping_up and splitter.produced >= ticket.output_reserved:
                     if not splitter.saw_done and not await self._admissions.top_up(ticket):
                         # The budget refuses more: stop the pool, end the stream like max_tokens would.
-                        choices = ctx.prep.choices if ctx.prep is not None else 1
-                        tail = length_tail(splitter, ctx.kind is Kind.CHAT, _client_usage(ctx), choices)
+                        prep = req.prep
+                        choices = prep.choices if prep is not None else 1
+                        client_usage = prep is not None and prep.client_usage
+                        tail = length_tail(splitter, x.kind is Kind.CHAT, client_usage, choices)
                         break
                 chunk = await read()
                 if not chunk:
@@ -158,22 +183,23 @@ class StreamCall:
                 verdict = "ok"
         except TransportError as exc:
             verdict = "fail"
-            tail = error_event(self._calls.failed(route.pool, exc, ctx.rid.decode()).body())
+            tail = error_event(self._calls.failed(route.pool, exc, x.rid.decode()).body())
         except asyncio.CancelledError:
-            if not ctx.client_gone:
+            if not x.client_gone:
                 # Shutdown after the drain period: end the stream the way the client understands.
                 with contextlib.suppress(Exception):
                     await send({"type": "http.response.body", "body": _SHUTDOWN_TAIL, "more_body": False})
             raise
-        if check is not None:
-            self._conform.streamed(ctx, check)
-        ctx.done()
+        if check is not None and self._conform is not None:
+            self._conform.streamed(req, check)
+        x.done()
         await send({"type": "http.response.body", "body": tail, "more_body": False})
         return verdict, t_last, overhead
 
     def _end(
         self,
-        ctx: RequestContext,
+        answer: Answer,
+        budget: Budget,
         route: Route,
         splitter: SSESplitter,
         ticket: Ticket | None,
@@ -181,27 +207,26 @@ class StreamCall:
     ) -> None:
         """Usage and timings of a stream that started (whatever ended it)."""
         verdict, t_first, t_last = timing
-        if splitter.usage is not None:
-            ctx.record(splitter.usage)  # the final chunk's, or the last cumulative one
-        elif splitter.saw_done:
-            # A whole stream without usage (asked for on every stream): charged its reservation, the
-            # output topped up so far included.
-            ctx.record(None)
-            ctx.usage_out = max(splitter.events, ticket.output_reserved if ticket else ctx.granted_out)
+        usage, saw_done = splitter.usage, splitter.saw_done
+        if usage is not None or saw_done:
+            # The final chunk's usage, or the last cumulative one, checked against the reservation.
+            usage_in, usage_out, fault = checked(usage, budget.reserved_in, budget.granted_out)
+            if usage is None:
+                # A whole stream without usage (asked for on every stream): charged its reservation,
+                # the output topped up so far included.
+                usage_out = max(splitter.events, ticket.output_reserved if ticket else budget.granted_out)
+            answer.usage_in, answer.usage_out, answer.fault = usage_in, usage_out, fault
+            answer.reported = True
+            if fault is not None:
+                self._faults.count(route.pool.config.name, fault, usage)
         else:
-            ctx.usage_out = splitter.events  # broken off: what the gateway counted
-        if ctx.fault is not None:
-            self._faults.count(route.pool.config.name, ctx.fault, splitter.usage)
-        route.count_usage(ctx.usage_in, ctx.usage_out)
-        ct = ctx.usage_out
-        if splitter.saw_done and ct > 1 and t_last > t_first:
-            ctx.tpot = (t_last - t_first) / (ct - 1)
-            route.metrics.tpot.observe(ctx.tpot)
-        ctx.broken = verdict == "fail"
-
-
-def _client_usage(ctx: RequestContext) -> bool:
-    return ctx.prep is not None and ctx.prep.client_usage
+            usage_in = answer.usage_in
+            usage_out = answer.usage_out = splitter.events  # broken off: what the gateway counted
+        route.count_usage(usage_in, usage_out)
+        if saw_done and usage_out > 1 and t_last > t_first:
+            tpot = answer.tpot = (t_last - t_first) / (usage_out - 1)
+            route.metrics.tpot.observe(tpot)
+        answer.broken = verdict == "fail"
 
 
 def _body(out: bytes, splitter: SSESplitter, intact: bool = True) -> Message:

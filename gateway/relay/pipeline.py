@@ -1,6 +1,7 @@
 """The request hot path: OpenAI request in, pool answer out, as a bare ASGI handler.
 
-`Relay.handle` runs one request through named stages over one `RequestContext`:
+`Relay.handle` runs one request through named stages over one request record (gateway.record: the
+HTTP exchange, and one typed part per stage that writes it):
 
     authenticate (tenancy.auth) -> read body (relay._body) -> translate (gateway.dialects: Responses,
     Messages) -> normalize (relay.normalize)
@@ -28,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from gateway.budget.admission import Admissions
-from gateway.config import Policy
+from gateway.config import CACHE_POOL, Policy
 from gateway.dialects import Dialect
 from gateway.dialects.exchange import DialectSend
 from gateway.dialects.messages import MessagesDialect, count_request
@@ -36,6 +37,7 @@ from gateway.dialects.responses import ResponsesDialect
 from gateway.edge.exchange import (
     JSON_HEADERS,
     ClientGone,
+    Exchange,
     Kind,
     Receive,
     RequestHeaders,
@@ -57,17 +59,17 @@ from gateway.guardrails.stage import InputGuard
 from gateway.observability.feedback_shared import Delivered
 from gateway.observability.metrics import Metrics
 from gateway.observability.observer import Observer
+from gateway.record import Answer, Ask, Budget, RequestRecord
 from gateway.relay._admit import Admit
 from gateway.relay._answer import AnswerReader
 from gateway.relay._body import read_body
-from gateway.relay._cached import CacheStage
+from gateway.relay._cached import BYPASSED, CacheStage
 from gateway.relay._conform import Conform
-from gateway.relay._context import RequestContext
 from gateway.relay._failure import answer_bug
 from gateway.relay._stream import StreamCall
 from gateway.relay._unary import UnaryCall
 from gateway.relay.normalize import alias_of, input_size, parse_body, prepare
-from gateway.relay.response_cache import BYPASS, ResponseCache
+from gateway.relay.response_cache import ResponseCache
 from gateway.routing.aliases import RoutedAlias
 from gateway.routing.cascade_runner import CascadeRunner
 from gateway.routing.explorer import Delivery, Explorer
@@ -85,8 +87,6 @@ if TYPE_CHECKING:
 __all__ = ["Relay", "RelayParts"]
 
 _log = logging.getLogger("llmgw.relay")
-# Held requests (pool admission) are served by tier priority, then in arrival order.
-_PRIORITY = {"premium": 1, "standard": 0}
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,8 +116,11 @@ class Relay:
         self._auth = parts.auth
         self._ids = parts.ids
         self._running = 0  # requests between arrival and their last byte (gates speculative admission)
-        self.observer = parts.observer or Observer(parts.policy, metrics)
-        trace = self._trace = self.observer.tracing
+        observer = self.observer = parts.observer or Observer(parts.policy, metrics)
+        trace = self._trace = observer.tracing
+        # The request log keeps every answer's bytes when it writes their text.
+        self._keep_text = observer.log is not None and observer.log.text
+        self._observe = observer.per_request  # `Observer.start`/`begin` do something
         self._routes = Routes(parts.policy, parts.pools, metrics, parts.routed)
         calls = PoolCalls(parts.transports, metrics, trace)
         self._admissions = parts.admissions
@@ -128,13 +131,19 @@ class Relay:
         input_guard = InputGuard(guards, metrics, trace)  # also records the json_schema policy's events
         self._guard = input_guard if guards.active else None
         self._conform = Conform(calls, self._admit, answers, input_guard)  # response_format json_schema
-        self._unary = UnaryCall(calls, self._admit, metrics, self._conform, answers)
-        self._stream = StreamCall(calls, self._admit, parts.admissions, metrics, self._conform)
+        # Only a guardrails profile sets a json_schema policy: without one, no call checks a schema.
+        conform = self._conform if guards.active else None
+        self._unary = UnaryCall(calls, self._admit, metrics, conform, answers)
+        self._stream = StreamCall(calls, self._admit, parts.admissions, metrics, conform)
         self._explorer = Explorer(metrics, calls, parts.admissions)
         self._cascades = CascadeRunner(metrics, calls, trace, self._explorer.escalated)
         self._cached = (
-            CacheStage(parts.cache, self._routes, parts.admissions, parts.ids, trace) if parts.cache else None
+            CacheStage(parts.cache, self._routes, parts.admissions, parts.ids, trace, self._keep_text)
+            if parts.cache
+            else None
         )
+        # Whether an answer's bytes may be kept: for the request log's text, the cache or an explorer.
+        self._may_keep = self._keep_text or self._cached is not None or bool(parts.routed)
         # The dialects (gateway.dialects): each endpoint's translation of its request to chat.
         responses, messages = ResponsesDialect(), MessagesDialect()
         self._dialects: dict[Kind, tuple[Dialect, Callable[[dict[str, Any]], dict[str, Any]]]] = {
@@ -146,89 +155,97 @@ class Relay:
     async def handle(self, kind: Kind, scope: Scope, receive: Receive, send: Send) -> None:
         t0 = perf_counter()
         h = RequestHeaders(scope)
-        ctx = RequestContext(kind, h, self._ids.accept(h.request_id), t0)
         dialect = self._dialects.get(kind)
+        reply = None
         if dialect is not None:
             # Every answer from here on, errors included, in the dialect's own shape.
-            send = ctx.reply = DialectSend(send, *dialect)
-        self.observer.start(ctx, kind, scope["headers"])
+            send = reply = DialectSend(send, *dialect)
+        x = Exchange(self._ids.accept(h.request_id), kind, h, t0, reply)
+        req = RequestRecord(x)
+        if self._observe:
+            self.observer.start(req, kind, scope["headers"])
         self._running += 1  # decremented in the `finally` below
         try:
-            await self._serve(ctx, receive, send)
+            await self._serve(req, receive, send)
         except GatewayError as err:
-            ctx.status = err.status
-            ctx.done()
-            await send_error(send, err, ctx.rid)
+            x.status = err.status
+            x.done()
+            await send_error(send, err, x.rid)
         except ClientGone:
-            ctx.status = 499
+            x.status = 499
         except asyncio.CancelledError:
-            if not await self._cancelled(ctx, send):
+            if not await self._cancelled(req, send):
                 raise  # shutdown or an outer timeout: not ours to swallow
         except Exception:  # a bug of ours: logged with its traceback, answered in the API's error shape
-            ctx.status = 500
-            ctx.done()
-            _log.exception("request %s failed", ctx.rid.decode(errors="replace"))
-            await answer_bug(send, ctx)
+            x.status = 500
+            x.done()
+            _log.exception("request %s failed", x.rid.decode(errors="replace"))
+            await answer_bug(send, x)
         finally:
             self._running -= 1
-            self._end(ctx)
+            self._end(req)
 
-    async def _serve(self, ctx: RequestContext, receive: Receive, send: Send) -> None:
-        """The stages, in order; each raises a GatewayError to refuse the request."""
-        principal = await self._authenticate(ctx)  # the key, from the headers: before the body is read
+    async def _serve(self, req: RequestRecord, receive: Receive, send: Send) -> None:
+        """The stages, in order; each writes its part of `req` and raises a GatewayError to refuse the
+        request."""
+        x = req.http
+        principal = await self._authenticate(req)  # the key, from the headers: before the body is read
         refused = self._admissions.refused_early(principal.tenant)  # its request rate, from memory
         if refused is not None:
             raise refused
-        raw = await read_body(ctx.headers.content_length, receive, self._max_body, self._max_depth)
-        body = ctx.body = self._parsed(ctx, raw)
-        ctx.alias, ctx.adapter = self._routes.split_adapter(alias_of(body))
-        pools = self._permit(ctx, principal)
-        if ctx.endpoint is Kind.COUNT_TOKENS:
-            await self._count(ctx, send)
+        # Stage 2, read: the body (bounded), parsed (a dialect's translated), its alias and the adapter
+        # it names (`alias:adapter`).
+        raw = await read_body(x.headers.content_length, receive, self._max_body, self._max_depth)
+        body = self._parsed(req, raw)
+        alias, adapter = self._routes.split_adapter(alias_of(body))
+        ask = req.ask = Ask(body, alias, adapter)
+        pools = self._permit(principal, alias)
+        if x.endpoint is Kind.COUNT_TOKENS:
+            await self._count(req, ask)
             return
-        self.observer.begin(ctx, ctx.kind, body)
+        if self._observe:
+            self.observer.begin(req, x.kind, body)
         if self._guard is not None:
-            guard = ctx.guard = self._guard(ctx, ctx.kind, ctx.alias, body)  # raises a refusal
-            if guard is not None and guard.json_schema is not None and ctx.kind is Kind.CHAT:
-                ctx.schema = schema_check(body)  # a 400 for a schema that is not one
-        if self._cached is not None and ctx.adapter is None:  # `alias:adapter` is never cached
-            if await self._cached.serve(ctx, send, pools):
+            self._screen(req, ask)  # raises a refusal
+        if self._cached is not None and adapter is None:  # `alias:adapter` is never cached
+            if await self._cached.serve(req, ask, send, pools):
                 return
         else:
-            ctx.cache = BYPASS
+            req.cache = BYPASSED
         try:
-            route = await self._route(ctx, pools)
+            route = await self._route(req, ask, pools)
         except ModelNotFoundError:
             # Probing model names still spends the key's request rate (a refusal answers instead).
             await self._admissions.charge_request(self._ids.new().decode(), principal.tenant)
             raise
-        self._normalize(ctx, route)
-        await self._admit(ctx, route, self._running)
-        ctx.watch(receive)
+        open_ended = self._normalize(req, ask, route)
+        budget = await self._admit.reserve(req, route, open_ended, self._running)
+        x.watch(receive)
         inflight = route.metrics.inflight
         inflight.inc()
         try:
-            await self._call(ctx, route, send)
+            await self._call(req, route, budget, send)
         finally:
             inflight.dec()
         if self._cached is not None:
-            self._cached.remember(ctx)
-        decided = ctx.decided
+            self._cached.remember(req)
+        decided = req.decided
         if decided is not None and decided.alias.learning is not None:
-            self._learn(ctx, decided)
+            self._learn(req, decided)
 
-    def _learn(self, ctx: RequestContext, decided: Decided) -> None:
+    def _learn(self, req: RequestRecord, decided: Decided) -> None:
         """A routed alias that learns: the answer's outcome record (for feedback), and exploration."""
-        route = ctx.route
-        if ctx.status != 200 or ctx.broken or route is None or ctx.prep is None:
+        answer, prep, budget = req.answer, req.prep, req.budget
+        if req.http.status != 200 or answer is None or answer.broken or answer.route is None or prep is None:
             return
         alias = decided.alias
-        tier = alias.pools.index(route.pool.config.name)
+        tier = alias.pools.index(answer.route.pool.config.name)
         if decided.embedding is not None:
-            ctx.outcome = encode_outcome(alias.name, tier, decided.embedding)
+            answer.outcome = encode_outcome(alias.name, tier, decided.embedding)
         price = alias.policy.tiers[tier].price
-        cost = price.cost(ctx.usage_in, ctx.usage_out) if price is not None else 0.0
-        self._explorer.after(decided, Delivery(tier, ctx.rid, ctx.prep.body, ctx.capture, ctx.ticket, cost))
+        cost = price.cost(answer.usage_in, answer.usage_out) if price is not None else 0.0
+        ticket = budget.ticket if budget is not None else None
+        self._explorer.after(decided, Delivery(tier, req.http.rid, prep.body, answer.capture, ticket, cost))
 
     def on_rated(self, org: str, request_id: str, accepted: bool, score: float | None, d: Delivered) -> None:
         """Feedback (gateway.observability.feedback) on a routed answer teaches its alias's memory."""
@@ -249,143 +266,183 @@ class Relay:
         """Shutdown: background exploration is cancelled (its budget is settled)."""
         await self._explorer.close()
 
-    def _parsed(self, ctx: RequestContext, raw: bytes) -> dict[str, Any]:
+    def _parsed(self, req: RequestRecord, raw: bytes) -> dict[str, Any]:
         """The request body as JSON; a dialect's translated to a chat request (its original kept for
         the answer's translation)."""
         body = parse_body(raw)
-        reply = ctx.reply
+        reply = req.http.reply
         if reply is None:
             return body
         reply.request = body
-        ctx.kind = ctx.endpoint.asked
+        req.http.kind = req.http.endpoint.asked
         return reply.to_chat(body)
 
-    async def _count(self, ctx: RequestContext, send: Send) -> None:
+    async def _count(self, req: RequestRecord, ask: Ask) -> None:
         """`/v1/messages/count_tokens`: the input estimate of the alias's (first) pool, calibrated from
         the prompt tokens it reports (gateway.budget.estimate). It spends the key's request rate."""
-        reply, tenant = ctx.reply, ctx.tenant
-        assert reply is not None and tenant is not None
+        x, who = req.http, req.who
+        reply = x.reply
+        assert reply is not None and who is not None
         try:
-            route = self._routes.any_route(ctx.alias)
+            route = self._routes.any_route(ask.alias)
         except KeyError:
-            raise ModelNotFoundError.of(ctx.alias) from None
-        tokens = self._admit.count(route.pool.config.name, input_size(Kind.CHAT, ctx.body))
-        await self._admissions.charge_request(self._ids.new().decode(), tenant)
+            raise ModelNotFoundError.of(ask.alias) from None
+        tokens = self._admit.count(route.pool.config.name, input_size(Kind.CHAT, ask.body))
+        await self._admissions.charge_request(self._ids.new().decode(), who.tenant)
         data = orjson.dumps({"input_tokens": tokens})
-        ctx.done()
-        head = [*JSON_HEADERS, (b"content-length", str(len(data)).encode()), (b"x-request-id", ctx.rid)]
+        x.done()
+        head = [*JSON_HEADERS, (b"content-length", str(len(data)).encode()), (b"x-request-id", x.rid)]
         await reply.raw({"type": "http.response.start", "status": 200, "headers": head})
         await reply.raw({"type": "http.response.body", "body": data, "more_body": False})
-        ctx.status = 200
+        x.status = 200
 
-    async def _authenticate(self, ctx: RequestContext) -> Principal:
-        """The caller (on the context), from its key alone: a bad key costs no body read or parse."""
-        h = ctx.headers
+    async def _authenticate(self, req: RequestRecord) -> Principal:
+        """Stage 1: the caller (`req.who`), from its key alone: a bad key costs no body read or parse."""
+        h = req.http.headers
         try:
             with self._trace.span("auth"):
                 principal = await self._auth.identify(h.authorization, api_key=h.api_key)
         except AuthenticationError as err:
             self._metrics.auth_failures.labels(str(err.code)).inc()
             raise
-        ctx.tenant = principal.tenant
-        ctx.priority = _PRIORITY.get(principal.tenant.priority, 0)
+        req.who = principal
         return principal
 
-    def _permit(self, ctx: RequestContext, principal: Principal) -> frozenset[str]:
+    def _permit(self, principal: Principal, alias: str) -> frozenset[str]:
         """The pools the caller's key may use (empty: any), checked against the alias here, before the
         cache can answer."""
         try:
-            self._auth.permit(principal, ctx.alias)
-            self._routes.check_pools(ctx.alias, principal.pools)
+            self._auth.permit(principal, alias)
+            self._routes.check_pools(alias, principal.pools)
         except PermissionDeniedError as err:
             self._metrics.auth_failures.labels(str(err.code)).inc()
             raise
         return principal.pools
 
-    async def _route(self, ctx: RequestContext, pools: frozenset[str]) -> Route:
-        """The direct alias's route, or a routed alias's plan (cut to `pools`) and its first tier."""
-        route = ctx.route = self._routes.direct(ctx.alias, pools, ctx.adapter)
+    def _screen(self, req: RequestRecord, ask: Ask) -> None:
+        """The input guardrails (`ask.guard`, and `ask.schema` for a json_schema output policy): the body
+        screened, redacted in place, or refused."""
+        assert self._guard is not None
+        kind = req.http.kind
+        guard = ask.guard = self._guard.screen(req, kind, ask.alias, ask.body)  # raises a refusal
+        if guard is not None and guard.json_schema is not None and kind is Kind.CHAT:
+            ask.schema = schema_check(ask.body)  # a 400 for a schema that is not one
+
+    async def _route(self, req: RequestRecord, ask: Ask, pools: frozenset[str]) -> Route:
+        """Stage 4: the direct alias's route, or a routed alias's plan (cut to `pools`) and its first tier."""
+        route = req.route = self._routes.direct(ask.alias, pools, ask.adapter)
         if route is not None:
             return route
+        x = req.http
         with self._trace.span("routing"):
-            decided = ctx.decided = await self._routes.decide(
-                ctx.kind, ctx.alias, ctx.body, ctx.headers, pools
-            )
-        route = ctx.route = decided.first
-        if decided.explore and ctx.capture is None:
-            ctx.capture = []  # the cheap answer's bytes, for the judge
-        if ctx.notes is not None:
-            ctx.notes["route"] = {
+            decided = req.decided = await self._routes.decide(x.kind, ask.alias, ask.body, x.headers, pools)
+        route = req.route = decided.first
+        obs = req.obs
+        if obs is not None and obs.notes is not None:
+            obs.notes["route"] = {
                 "difficulty": decided.difficulty,
                 "cascade": decided.plan.cascade,
                 "start": route.pool.config.name,
             }
         return route
 
-    def _normalize(self, ctx: RequestContext, route: Route) -> None:
-        """The body for the pool (validated, defaults and caps applied; rewritten in place)."""
-        kind = ctx.kind
+    def _normalize(self, req: RequestRecord, ask: Ask, route: Route) -> bool:
+        """Stage 5: the body for the pool (`req.prep`: validated, defaults and caps applied; rewritten in
+        place). Returns whether the client left its output open-ended (no max_tokens), for admission."""
+        x = req.http
+        kind = x.kind
         if kind.value not in route.pool.config.serves:
             raise InvalidRequestError(
-                f"the model '{ctx.alias}' does not support the {kind.value} endpoint", param="model"
+                f"the model '{ask.alias}' does not support the {kind.value} endpoint", param="model"
             )
-        body, reply = ctx.body, ctx.reply
-        ctx.open_ended = body.get("max_completion_tokens", body.get("max_tokens")) is None or (
+        body, reply = ask.body, x.reply
+        open_ended = body.get("max_completion_tokens", body.get("max_tokens")) is None or (
             reply is not None and reply.dialect.max_tokens_is_ceiling
         )
-        prep = ctx.prep = prepare(kind, body, route.model, route.upstream_model)
-        ctx.stream = prep.stream
+        prep = req.prep = prepare(kind, body, route.model, route.upstream_model)
+        x.stream = prep.stream
+        return open_ended
 
-    async def _call(self, ctx: RequestContext, route: Route, send: Send) -> None:
-        prep, decided = ctx.prep, ctx.decided
-        assert prep is not None
+    async def _call(self, req: RequestRecord, route: Route, budget: Budget, send: Send) -> None:
+        """Stage 7: the pool's answer (`req.answer`), relayed: unary, stream, or a routed plan's cascade."""
+        x, prep, who = req.http, req.prep, req.who
+        assert prep is not None and who is not None
+        decided = req.decided
+        capture: list[bytes] | None = None
+        if self._may_keep and self._keeps(req):
+            capture = []
+        answer = req.answer = Answer(route, capture)
         if decided is not None and not decided.direct:
-            assert ctx.ticket is not None  # routed plans never speculate
-            ctx.route = await self._cascades.run(decided, prep.body, prep.client_usage, ctx, ctx.ticket, send)
+            ticket = budget.ticket
+            assert ticket is not None  # routed plans never speculate
+            answer.route = await self._cascades.run(decided, prep.body, prep.client_usage, req, ticket, send)
             return
         payload = orjson.dumps(prep.body)
-        ctx.key = route.pool.key(prep.body)
-        headers = {**route.pool.headers, "x-request-id": ctx.rid.decode()}
-        call = CallSpec(ctx.kind, payload, headers, ctx.key, ctx.priority, adapter=route.adapter)
-        if ctx.stream and ctx.schema is not None and ctx.guard is not None:
-            if ctx.guard.json_schema == "retry_once":
-                await self._conform.buffered(ctx, route, call, send)  # judged whole, replayed as SSE
+        headers = {**route.pool.headers, "x-request-id": x.rid.decode()}
+        call = CallSpec(x.kind, payload, headers, route.pool.key(prep.body), who.rank, adapter=route.adapter)
+        if x.stream:
+            if self._guard is not None and _retries_schema(req.ask):
+                await self._conform.buffered(req, route, call, send)  # judged whole, replayed as SSE
                 return
-        if ctx.stream:
-            await self._stream(ctx, route, call, send)
+            await self._stream.call(req, answer, budget, route, call, send)
         else:
-            await self._unary(ctx, route, call, send)
+            await self._unary.call(req, answer, budget, route, call, send)
 
-    async def _cancelled(self, ctx: RequestContext, send: Send) -> bool:
+    def _keeps(self, req: RequestRecord) -> bool:
+        """Whether the answer's bytes are kept (`Answer.capture`): the request log writes their text, the
+        cache stores a miss's, a routed alias's explorer judges a cheap answer drawn for it."""
+        cache, decided = req.cache, req.decided
+        return (
+            self._keep_text
+            or (cache is not None and cache.look is not None)
+            or (decided is not None and decided.explore)
+        )
+
+    async def _cancelled(self, req: RequestRecord, send: Send) -> bool:
         """Whether a cancellation was this request's own (the client left, or a speculative admission
         was refused while the pool was being called); False: not ours, re-raise it."""
-        refusal = ctx.refusal
-        if not ctx.client_gone and refusal is None:
+        x, budget = req.http, req.budget
+        speculation = budget.speculation if budget is not None else None
+        refusal = speculation.refusal if speculation is not None else None
+        if not x.client_gone and refusal is None:
             return False
-        if ctx.task is not None:
-            ctx.task.uncancel()
-        if ctx.client_gone or refusal is None:
-            ctx.status = 499
+        if x.task is not None:
+            x.task.uncancel()
+        if x.client_gone or refusal is None:
+            x.status = 499
             return True
         # The call is cancelled (vLLM aborts it) and the client gets the refusal, as if it came first.
-        ctx.status = refusal.status
-        ctx.done()
-        await send_error(send, refusal, ctx.rid)
+        x.status = refusal.status
+        x.done()
+        await send_error(send, refusal, x.rid)
         return True
 
-    def _end(self, ctx: RequestContext) -> None:
-        """Settle, count, observe: once per request, whatever ended it."""
-        ctx.done()
-        ctx.speculating = False
-        self._admit.settle(ctx)
-        route = ctx.route
-        # Only a route's adapter labels metrics (never a name the client made up).
-        ctx.adapter = None
-        if not ctx.hit and route is not None:
-            ctx.model, ctx.pool = route.model.name, route.pool.config.name
-            ctx.adapter = route.adapter.name if route.adapter is not None else None
-        if ctx.status == 499 and route is not None:
-            self._metrics.client_disconnects.labels(ctx.model, ctx.pool).inc()
-        ctx.e2e = perf_counter() - ctx.t0
-        self._metrics.finished(ctx.model, ctx.pool, ctx.endpoint.value, ctx.status, ctx.stream, ctx.e2e)
-        self.observer.finish(ctx)
+    def _end(self, req: RequestRecord) -> None:
+        """Settle, count, observe: once per request, whatever ended it. The served labels (alias, pool,
+        adapter) come from the tier that answered (a hit: the alias and the cache; only a route's
+        adapter, never a name the client made up)."""
+        x = req.http
+        if not x.finished:
+            x.done()
+        budget = req.budget
+        if budget is not None:  # (a speculative refusal arriving from now on finds the exchange done)
+            self._admit.settle(req, budget)
+        answer = req.answer
+        route = req.route if answer is None else answer.route
+        if route is not None:
+            model, pool, adapter = route.served
+            if x.status == 499:
+                self._metrics.client_disconnects.labels(model, pool).inc()
+        elif req.cache is not None and req.cache.hit and req.ask is not None:
+            model, pool, adapter = req.ask.alias, CACHE_POOL, None  # metrics label the alias, pool "cache"
+        else:
+            model, pool, adapter = "-", "-", None
+        e2e = x.e2e = perf_counter() - x.t0
+        self._metrics.finished(model, pool, x.endpoint.value, x.status, x.stream, e2e)
+        self.observer.finish(req, model, pool, adapter)
+
+
+def _retries_schema(ask: Ask | None) -> bool:
+    """Whether the request's answer is judged against its schema under `json_schema: retry_once`."""
+    guard = ask.guard if ask is not None and ask.schema is not None else None
+    return guard is not None and guard.json_schema == "retry_once"

@@ -7,21 +7,22 @@ handler task, which cancels every call in flight (their upstream connections clo
 
 Each call's usage is checked against its share of the reservation (gateway.budget.usage) before the
 judge or the bill sees it. Whatever ends the cascade (an answer, every call failing, the client
-leaving, an error), what the calls made so far cost is recorded on the request for settlement; a
-call cut off in flight is charged its input estimate (its prompt was processed).
+leaving, an error), what the calls made so far cost is recorded in the request's answer part
+(gateway.record.Answer) for settlement; a call cut off in flight is charged its input estimate (its
+prompt was processed).
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from gateway.budget.admission import Ticket
-from gateway.budget.usage import UsageFaults
-from gateway.edge.exchange import JSON_HEADERS, SSE_HEADERS, Exchange, Kind, Send
+from gateway.budget.usage import UsageFaults, checked
+from gateway.edge.exchange import JSON_HEADERS, SSE_HEADERS, Kind, Send
 from gateway.errors import GatewayError, UpstreamError
 from gateway.guardrails.conformance import bind_schema
 from gateway.observability.metrics import Metrics
@@ -32,6 +33,9 @@ from gateway.routing.table import Decided
 from gateway.upstream.calls import CallSpec, PoolCalls
 from router.cascade import Accept, Escalate
 from router.plan import Answer, Call
+
+if TYPE_CHECKING:
+    from gateway.record import RequestRecord
 
 # An escalated cascade's answers and the accepted one (gateway.routing.explorer learns from them).
 OnEscalated = Callable[[Decided, list[Answer], Answer], None]
@@ -52,7 +56,7 @@ class CascadeRunner:
         self._faults = UsageFaults(metrics)
 
     async def _call(
-        self, d: Decided, call: Call, body: dict[str, Any], req: Exchange, share: tuple[int, int]
+        self, d: Decided, call: Call, body: dict[str, Any], req: RequestRecord, share: tuple[int, int]
     ) -> tuple[Answer, dict[str, Any] | None, GatewayError | None]:
         """One call; `share`: one call's part of the reservation (input, output), what its usage is
         checked against."""
@@ -60,8 +64,8 @@ class CascadeRunner:
         pool = route.pool
         payload = call_body(body, pool.config.model, d.alias.logprobs)
         try:
-            headers = {**pool.headers, "x-request-id": req.rid.decode()}
-            spec = CallSpec(Kind.CHAT, payload, headers, pool.key(body), req.priority)
+            headers = {**pool.headers, "x-request-id": req.http.rid.decode()}
+            spec = CallSpec(Kind.CHAT, payload, headers, pool.key(body), req.who.rank if req.who else 0)
             data = await self._calls.unary(pool, spec)
             parsed = orjson.loads(data)
             if not isinstance(parsed, dict):
@@ -77,26 +81,36 @@ class CascadeRunner:
         return answer_of(call, parsed, price.cost if price is not None else None), parsed, None
 
     async def run(
-        self, d: Decided, body: dict[str, Any], client_usage: bool, req: Exchange, ticket: Ticket, send: Send
+        self,
+        d: Decided,
+        body: dict[str, Any],
+        client_usage: bool,
+        req: RequestRecord,
+        ticket: Ticket,
+        send: Send,
     ) -> Route:
-        """Answer the client; returns the route of the tier that answered (`req.status` is 200 then)."""
+        """Answer the client; returns the route of the tier that answered (`req.http.status` is 200
+        then). What the calls cost is in `req.answer`."""
+        x, answer = req.http, req.answer
+        assert answer is not None
         share = (ticket.input_estimate // d.calls, ticket.output_granted // d.calls)
         accepted, bodies, usage = await self._decide(d, body, req, share)
         route = d.routes[accepted.tier]
         escalations = len(accepted.state.escalations)
-        if req.notes is not None:
-            req.notes["escalations"] = escalations
+        obs = req.obs
+        if obs is not None and obs.notes is not None:
+            obs.notes["escalations"] = escalations
         name = route.pool.config.name
         self._metrics.router_decisions.labels(d.alias.name, name, "true" if escalations else "false").inc()
         route.count_usage(usage["prompt_tokens"], usage["completion_tokens"])
         parsed = {**bodies[accepted.answer.call], "usage": usage}
         extra = [
-            (b"x-request-id", req.rid),
+            (b"x-request-id", x.rid),
             (b"x-llmgw-tier", name.encode()),
             (b"x-llmgw-escalations", str(escalations).encode()),
             *ticket.headers,
         ]
-        req.done()
+        x.done()
         if body.get("stream"):
             data = sse_of(parsed, usage if client_usage else None)
             await send({"type": "http.response.start", "status": 200, "headers": [*SSE_HEADERS, *extra]})
@@ -104,18 +118,18 @@ class CascadeRunner:
             data = orjson.dumps(parsed)
             start = [*JSON_HEADERS, (b"content-length", str(len(data)).encode()), *extra]
             await send({"type": "http.response.start", "status": 200, "headers": start})
-        if req.capture is not None:
-            req.capture.append(data)
+        if answer.capture is not None:
+            answer.capture.append(data)
         await send({"type": "http.response.body", "body": data, "more_body": False})
-        req.status = 200
+        x.status = 200
         return route
 
     async def _decide(
-        self, d: Decided, body: dict[str, Any], req: Exchange, share: tuple[int, int]
+        self, d: Decided, body: dict[str, Any], req: RequestRecord, share: tuple[int, int]
     ) -> tuple[Accept, dict[Call, dict[str, Any]], dict[str, int]]:
         """Make the plan's calls, step by step, until the judge accepts one (or every call of the last
-        step failed: that failure is raised). What every call cost is recorded on `req` whatever ends
-        the cascade, the client leaving included."""
+        step failed: that failure is raised). What every call cost is recorded in `req.answer`
+        whatever ends the cascade, the client leaving included."""
         # Schema scorers judge this request's response_format schema (gateway/guardrails/conformance.py).
         cascade, name = bind_schema(d.alias.cascade, body), d.alias.name
         bodies: dict[Call, dict[str, Any]] = {}
@@ -145,11 +159,12 @@ class CascadeRunner:
             spent = summed_usage(made)
             spent["prompt_tokens"] += in_flight * share[0]
             spent["total_tokens"] += in_flight * share[0]
-            req.record(spent)
+            _record(req, spent)
             raise
         usage = summed_usage(decision.state.answers)
-        req.record(usage)  # what every call cost, charged to the tenant at settlement
-        req.costs = [
+        _record(req, usage)  # what every call cost, charged to the tenant at settlement
+        assert req.answer is not None
+        req.answer.costs = [
             (d.routes[a.call.tier].pool.config.name, a.cost_usd)
             for a in decision.state.answers
             if a.cost_usd is not None
@@ -162,3 +177,11 @@ class CascadeRunner:
         if escalated and self._on_escalated is not None:
             self._on_escalated(d, list(decision.state.answers), decision.answer)
         return decision, bodies, usage
+
+
+def _record(req: RequestRecord, usage: dict[str, int]) -> None:
+    """The calls' summed usage as the request's, checked against its reservation (gateway.budget.usage)."""
+    answer, budget = req.answer, req.budget
+    assert answer is not None and budget is not None
+    answer.usage_in, answer.usage_out, answer.fault = checked(usage, budget.reserved_in, budget.granted_out)
+    answer.reported = True

@@ -1,10 +1,16 @@
 """docs/architecture.md matches the code: every module it names exists, every gateway module is named,
-and gateway's modules import only downwards through the layers the page lists."""
+gateway's modules import only downwards through the layers the page lists, and its table of the
+request record's parts is the record's (gateway/record.py): each part a field of the record of the
+class the table names, with the fields it lists, and no class of the record over 15 fields."""
 
 from __future__ import annotations
 
 import ast
+import dataclasses
+import importlib
+import inspect
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,6 +38,7 @@ LAYERS: list[tuple[str, ...]] = [
         "gateway.edge.openapi",
         "gateway.edge.protocol",
         "gateway.tenancy",
+        "gateway.record",
     ),
     ("gateway.observability",),
     ("gateway.upstream", "gateway.budget", "gateway.dialects", "gateway.guardrails"),
@@ -108,3 +115,140 @@ def test_gateway_imports_only_downwards() -> None:
             if theirs is not None and theirs > own:
                 upward.append(f"{module} (layer {own}) imports {imported} (layer {theirs})")
     assert not upward, "\n".join(upward)
+
+
+# "The request record": a row per part: | `part` | `module.Class` | `field` `field` ... or (frozen) | writer |
+RECORD_SECTION = "## The request record"
+MAX_FIELDS = 15  # no class in the request path holds more (issue 38)
+# Request-path modules whose slotted classes and dataclasses are held to MAX_FIELDS besides the table's.
+REQUEST_PATH = ("gateway.record", "gateway.edge.exchange", "gateway.relay.pipeline", "gateway.relay._admit")
+
+
+def _fields(cls: type) -> tuple[str, ...]:
+    """A class's fields: a dataclass's, else its slots (its bases' included)."""
+    if dataclasses.is_dataclass(cls):
+        return tuple(f.name for f in dataclasses.fields(cls))
+    return tuple(name for k in reversed(cls.__mro__) for name in getattr(k, "__slots__", ()))
+
+
+def _import(dotted: str) -> type:
+    module, _, name = dotted.rpartition(".")
+    found = getattr(importlib.import_module(module), name)
+    assert isinstance(found, type)
+    return found
+
+
+def _annotation(owner: type, name: str) -> str | None:
+    for k in owner.__mro__:
+        ann = k.__dict__.get("__annotations__", {}).get(name)
+        if ann is not None:
+            return str(ann)
+    return None
+
+
+def record_problems(text: str, record: type, resolve: Callable[[str], type] = _import) -> list[str]:
+    """What the page's table of the request record gets wrong about `record` (empty: nothing)."""
+    section = text.split(RECORD_SECTION, 1)[1].split("\n## ", 1)[0] if RECORD_SECTION in text else ""
+    rows = [
+        [c.strip() for c in line.strip().strip("|").split("|")]
+        for line in section.splitlines()
+        if line.startswith("| `")
+    ]
+    if not rows:
+        return [f"no '{RECORD_SECTION}' table"]
+    problems: list[str] = []
+    classes: dict[str, type] = {}  # part -> class
+    for part, dotted, listed, writer in ((r + ["", "", "", ""])[:4] for r in rows):
+        part, dotted = part.strip("`"), dotted.strip("`")
+        try:
+            cls = resolve(dotted)
+        except (ImportError, AttributeError, AssertionError):
+            problems.append(f"{part}: {dotted} does not exist")
+            continue
+        classes[part] = cls
+        *path, name = part.split(".")
+        owner = classes.get(".".join(path), record) if path else record
+        ann = _annotation(owner, name)
+        if ann is None or not re.search(rf"\b{cls.__name__}\b", ann):
+            problems.append(f"{part}: {owner.__name__}.{name} is not a {cls.__name__} (annotated {ann!r})")
+        fields = _fields(cls)
+        if listed == "(frozen)":
+            params = getattr(cls, "__dataclass_params__", None)
+            if params is None or not params.frozen:
+                problems.append(f"{part}: {dotted} is not frozen")
+        elif sorted(re.findall(r"`(\w+)`", listed)) != sorted(fields):
+            problems.append(f"{part}: the page lists {listed}, {dotted} has {' '.join(fields)}")
+        if len(fields) > MAX_FIELDS:
+            problems.append(f"{part}: {dotted} holds {len(fields)} fields (at most {MAX_FIELDS})")
+        if not writer:
+            problems.append(f"{part}: no writing stage")
+    undocumented = set(_fields(record)) - set(classes)
+    if undocumented:
+        problems.append(f"parts of {record.__name__} the page does not show: {sorted(undocumented)}")
+    if len(_fields(record)) > MAX_FIELDS:
+        problems.append(f"{record.__name__} holds {len(_fields(record))} fields (at most {MAX_FIELDS})")
+    return problems
+
+
+def test_the_request_record_table_is_the_records() -> None:
+    from gateway.record import RequestRecord
+
+    assert record_problems(DOC.read_text(), RequestRecord) == []
+
+
+def test_every_part_class_of_the_record_module_is_on_the_page() -> None:
+    import gateway.record
+
+    text = DOC.read_text().split(RECORD_SECTION, 1)[1]
+    defined = [
+        name
+        for name, cls in inspect.getmembers(gateway.record, inspect.isclass)
+        if cls.__module__ == "gateway.record" and name != "RequestRecord"
+    ]
+    assert defined
+    assert [n for n in defined if f"`gateway.record.{n}`" not in text] == []
+
+
+def test_no_request_path_class_holds_more_than_15_fields() -> None:
+    held = {}
+    for module in REQUEST_PATH:
+        for name, cls in inspect.getmembers(importlib.import_module(module), inspect.isclass):
+            if cls.__module__ == module and (dataclasses.is_dataclass(cls) or "__slots__" in cls.__dict__):
+                held[f"{module}.{name}"] = len(_fields(cls))
+    assert "gateway.record.RequestRecord" in held and "gateway.edge.exchange.Exchange" in held
+    assert {name: n for name, n in held.items() if n > MAX_FIELDS} == {}
+
+
+def test_the_record_check_fails_on_a_wrong_table() -> None:
+    """The checks above can fail: each of these pages misstates the record."""
+    from gateway.record import RequestRecord
+
+    text = DOC.read_text()
+    answer_row = next(line for line in text.splitlines() if line.startswith("| `answer` |"))
+    obs_row = next(line for line in text.splitlines() if line.startswith("| `obs` |"))
+    wrong = {
+        "a field missing": text.replace(answer_row, answer_row.replace("`usage_out` ", "")),
+        "a field too many": text.replace(answer_row, answer_row.replace("`outcome`", "`outcome` `model`")),
+        "a class that does not exist": text.replace("`gateway.record.Ask`", "`gateway.record.Asked`"),
+        "the wrong class for a part": text.replace(
+            "| `ask` | `gateway.record.Ask`", "| `ask` | `gateway.record.Budget`"
+        ),
+        "a mutable part called frozen": text.replace("`body` `alias` `adapter` `guard` `schema`", "(frozen)"),
+        "a part left out": text.replace(obs_row + "\n", ""),
+        "no writer": text.replace(obs_row, obs_row.rsplit("|", 2)[0] + "| |"),
+    }
+    for what, page in wrong.items():
+        assert page != text, what
+        assert record_problems(page, RequestRecord), what
+
+    class Bloated:  # 16 fields
+        __slots__ = tuple(f"f{i}" for i in range(16))
+
+    class Record:
+        __slots__ = ("bloated",)
+        bloated: Bloated
+
+    listed = " ".join(f"`f{i}`" for i in range(16))
+    table = f"{RECORD_SECTION}\n\n| `bloated` | `x.Bloated` | {listed} | a stage |\n"
+    problems = record_problems(table, Record, resolve=lambda dotted: Bloated)
+    assert problems == ["bloated: x.Bloated holds 16 fields (at most 15)"]

@@ -8,7 +8,11 @@ from typing import Any
 
 import pytest
 
-from gateway.edge.exchange import WATCH_AFTER_S, Exchange
+from gateway.edge.exchange import WATCH_AFTER_S, Exchange, Kind, RequestHeaders
+
+
+def _exchange() -> Exchange:
+    return Exchange(b"req", Kind.CHAT, RequestHeaders({"headers": []}), 0.0)
 
 
 class Channel:
@@ -23,20 +27,20 @@ class Channel:
 
 
 async def test_a_quick_answer_never_starts_a_watcher() -> None:
-    req = Exchange()
+    req = _exchange()
     channel = Channel()
     req.watch(channel)
     await asyncio.sleep(0)
     req.done()
     await asyncio.sleep(WATCH_AFTER_S * 2)
-    assert channel.calls == 0 and req.watcher is None and not req.client_gone
+    assert channel.calls == 0 and req.watching is None and not req.client_gone
 
 
 async def test_a_client_gone_before_the_watcher_starts_is_noticed() -> None:
     channel = Channel()
 
     async def pool_call() -> None:
-        req = Exchange()
+        req = _exchange()
         req.watch(channel)
         try:
             await asyncio.sleep(5)  # a long generation

@@ -8,9 +8,11 @@ import logging
 import orjson
 import pytest
 
-from gateway.edge.exchange import Exchange, Kind
+from gateway.edge.exchange import Exchange, Kind, RequestHeaders
 from gateway.observability.redact import redact
 from gateway.observability.request_log import RequestLog, prompt_text, response_text
+from gateway.record import Answer, Observed, RequestRecord
+from gateway.tenancy.auth import Principal
 from ratelimit.model import Tenant
 from tests.support.pii import corpus, leaked
 
@@ -32,24 +34,24 @@ def test_ordinary_text_is_kept() -> None:
     assert redact("ref 4111 1111 1111 1112") == "ref [PHONE]"
 
 
-async def _exchange() -> Exchange:
-    return Exchange()
+async def _record() -> RequestRecord:
+    return RequestRecord(Exchange(b"req-1", Kind.CHAT, RequestHeaders({"headers": []}), 0.0))
 
 
 def test_log_line_has_ids_and_redacted_text(caplog: pytest.LogCaptureFixture) -> None:
     log = RequestLog(logging.getLogger("test.requests"), text=True)
-    req = asyncio.run(_exchange())
+    req = asyncio.run(_record())
     body = {"model": "m", "messages": [{"role": "user", "content": "mail ada@example.com"}]}
-    log.begin(req, body)
-    assert req.capture is not None
-    req.capture.append(b'data: {"choices":[{"index":0,"delta":{"content":"call +1 415 555 0132"}}]}\n\n')
-    req.capture.append(b"data: [DONE]\n\n")
-    req.usage_in, req.usage_out, req.ttft = 5, 7, 0.0123
-    tenant = Tenant(key_id="k1", app="web", org="acme", tier="standard")
-    req.rid, req.kind, req.model, req.pool, req.tenant = b"req-1", Kind.CHAT, "m", "small", tenant
-    req.status, req.stream, req.e2e = 200, True, 0.5
+    req.obs = Observed(None, log.begin(body))
+    answer = req.answer = Answer(None, [])  # the relay keeps the answer's bytes when the log has text
+    assert answer.capture is not None
+    answer.capture.append(b'data: {"choices":[{"index":0,"delta":{"content":"call +1 415 555 0132"}}]}\n\n')
+    answer.capture.append(b"data: [DONE]\n\n")
+    answer.usage_in, answer.usage_out, answer.ttft = 5, 7, 0.0123
+    req.who = Principal(Tenant(key_id="k1", app="web", org="acme", tier="standard"), "k1")
+    req.http.status, req.http.stream, req.http.e2e = 200, True, 0.5
     with caplog.at_level(logging.INFO, logger="test.requests"):
-        log.write(req, 0.001, True)
+        log.write(req, "m", "small", None, 0.001, True)
     [line] = [r.getMessage() for r in caplog.records]
     rec = orjson.loads(line)
     assert rec["request_id"] == "req-1" and rec["org"] == "acme" and rec["key_id"] == "k1"
@@ -59,9 +61,7 @@ def test_log_line_has_ids_and_redacted_text(caplog: pytest.LogCaptureFixture) ->
 
 def test_text_is_off_unless_asked() -> None:
     log = RequestLog(logging.getLogger("test.requests.notext"), text=False)
-    req = asyncio.run(_exchange())
-    log.begin(req, {"messages": []})
-    assert req.capture is None and req.notes == {}
+    assert log.begin({"messages": []}) == {}  # no body in the notes (and the relay keeps no answer bytes)
 
 
 def test_prompt_and_response_text_shapes() -> None:

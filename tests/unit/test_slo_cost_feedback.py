@@ -8,12 +8,14 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from gateway.config import parse_policy
-from gateway.edge.exchange import Exchange, Kind
+from gateway.edge.exchange import Exchange, Kind, RequestHeaders
 from gateway.errors import ConflictError, NotFoundError
 from gateway.observability.feedback import FeedbackRequest, FeedbackStore
 from gateway.observability.goodput import SloTargets, judge
 from gateway.observability.metrics import Metrics
 from gateway.observability.observer import Observer
+from gateway.record import Answer, RequestRecord
+from gateway.tenancy.auth import Principal
 from ratelimit.model import Tenant
 from tests.support.prom import metric
 
@@ -54,8 +56,9 @@ def test_unary_verdicts_use_the_stream_equivalent_bound() -> None:
     assert judge(SloTargets(None, 0.05, None), False, None, None, 1.0, 5) is None
 
 
-async def _new_exchange() -> Exchange:
-    return Exchange()  # it remembers the running task, so it is made inside a loop
+async def _new_record() -> RequestRecord:
+    # The exchange remembers the running task, so it is made inside a loop.
+    return RequestRecord(Exchange(b"", Kind.CHAT, RequestHeaders({"headers": []}), 0.0))
 
 
 def _finish(
@@ -68,18 +71,22 @@ def _finish(
     status: int,
     streamed: bool,
     e2e: float,
-    req: Exchange,
+    req: RequestRecord,
 ) -> None:
-    """End `req` as the relay does: its outcome on the exchange, then `Observer.finish`."""
-    req.rid, req.kind, req.model, req.pool, req.tenant = rid, Kind(endpoint), model, pool, tenant
-    req.status, req.stream, req.e2e = status, streamed, e2e
-    obs.finish(req)
+    """End `req` as the relay does: its outcome on the exchange, then `Observer.finish` with the labels
+    it was served under."""
+    x = req.http
+    x.rid, x.endpoint = rid, Kind(endpoint)
+    x.status, x.stream, x.e2e = status, streamed, e2e
+    req.who = Principal(tenant, tenant.key_id) if tenant is not None else None
+    obs.finish(req, model, pool, None)
 
 
-def _ex(usage_in: int = 0, usage_out: int = 0, ttft: float | None = None) -> Exchange:
-    ex = asyncio.run(_new_exchange())
-    ex.usage_in, ex.usage_out, ex.ttft = usage_in, usage_out, ttft
-    return ex
+def _ex(usage_in: int = 0, usage_out: int = 0, ttft: float | None = None) -> RequestRecord:
+    req = asyncio.run(_new_record())
+    answer = req.answer = Answer(None, None)
+    answer.usage_in, answer.usage_out, answer.ttft = usage_in, usage_out, ttft
+    return req
 
 
 def _t(org: str) -> Tenant:
@@ -100,7 +107,8 @@ def test_goodput_counts_met_missed_and_skips_client_errors() -> None:
     _finish(obs, b"r4", "chat", "chat", "cheap", _t("acme"), 429, True, 0.01, _ex())
     _finish(obs, b"r5", "chat", "chat", "cheap", None, 401, False, 0.01, _ex())
     broken = _ex(10, 10, ttft=0.1)
-    broken.broken = True
+    assert broken.answer is not None
+    broken.answer.broken = True
     _finish(obs, b"r6", "chat", "chat", "cheap", _t("acme"), 200, True, 1.0, broken)
     text = generate_latest(reg).decode()
     base = 'model="chat",outcome="{}",pool="cheap",slo_class="interactive"'
@@ -120,7 +128,8 @@ def test_cost_per_org_and_pool_and_per_accepted_output() -> None:
         obs, b"b", "chat", "chat", "cheap", _t("acme"), 502, False, 0.1, _ex(1_000_000, 0)
     )  # 1 USD, not accepted
     cascade = _ex(30, 30)
-    cascade.costs = [("cheap", 0.5), ("dear", 1.5)]  # every call of a cascade, each on its pool
+    assert cascade.answer is not None
+    cascade.answer.costs = [("cheap", 0.5), ("dear", 1.5)]  # every call of a cascade, each on its pool
     _finish(obs, b"c", "chat", "big", "dear", _t("acme"), 200, False, 0.1, cascade)
     _finish(
         obs, b"d", "chat", "unpriced", "free", _t("other"), 200, False, 0.1, _ex(99, 99)

@@ -20,11 +20,13 @@ from typing import Any
 
 from eval.bench.overhead.policy import GUARDRAILS_YAML
 from gateway.config import parse_policy
-from gateway.edge.exchange import Exchange, Kind
+from gateway.edge.exchange import Exchange, Kind, RequestHeaders
 from gateway.guardrails.plan import GuardTable
 from gateway.guardrails.stage import InputGuard
 from gateway.observability.metrics import Metrics
 from gateway.observability.tracing import NoTracing
+from gateway.record import RequestRecord
+from gateway.tenancy.auth import Principal
 from ratelimit.model import Tenant
 
 POLICY = """\
@@ -65,8 +67,8 @@ BODIES: dict[str, dict[str, Any]] = {
 }
 
 
-async def _exchange() -> Exchange:
-    return Exchange()
+async def _record() -> RequestRecord:
+    return RequestRecord(Exchange(b"req", Kind.CHAT, RequestHeaders({"headers": []}), 0.0))
 
 
 def _guard(guardrails: bool) -> InputGuard:
@@ -76,13 +78,14 @@ def _guard(guardrails: bool) -> InputGuard:
 
 def measure(guard: InputGuard, body: dict[str, Any], n: int) -> tuple[float, float]:
     """(P50, P99) microseconds of one stage call on a fresh copy of `body` (the copy is not timed)."""
-    req = asyncio.run(_exchange())
-    req.tenant = Tenant(key_id="anonymous", app="anonymous", org="anonymous", tier="standard")
+    req = asyncio.run(_record())
+    anonymous = Tenant(key_id="anonymous", app="anonymous", org="anonymous", tier="standard")
+    req.who = Principal(anonymous, "anonymous")
     times = []
     for _ in range(n):
         b = copy.deepcopy(body)
         t = time.perf_counter_ns()
-        guard(req, Kind.CHAT, "m", b)
+        guard.screen(req, Kind.CHAT, "m", b)
         times.append((time.perf_counter_ns() - t) / 1000)
     times.sort()
     return statistics.median(times), times[int(0.99 * (len(times) - 1))]
