@@ -65,7 +65,7 @@ tenancy:
 
     async def start(self: StreamCall, ctx: Any, *args: Any) -> float:
         t = await original_start(self, ctx, *args)
-        if MID_STREAM in str(ctx.body):
+        if MID_STREAM in str(ctx.ask.body):
             raise ZeroDivisionError("an injected bug, mid-stream")
         return t
 
