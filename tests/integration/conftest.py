@@ -8,16 +8,15 @@ import pytest
 import redis.asyncio as aioredis
 
 from tests.support.redis_server import REDIS_SERVER, RedisServer
+from tests.support.stack import Stack
 
 
 @pytest.fixture(scope="session")
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
     if REDIS_SERVER is None:
         pytest.skip("redis-server binary not found on PATH (apt install redis-server)")
-    server = RedisServer(tmp_path_factory.mktemp("redis"))
-    server.start()
-    yield server
-    server.kill()
+    with Stack(tmp_path_factory.mktemp("redis")) as s:
+        yield s.redis()
 
 
 @pytest.fixture

@@ -13,22 +13,17 @@ import pytest
 
 from eval.drift.__main__ import main as drift
 from gateway import cli
-from tests.support.procs import ROOT, free_port, running, sim_args
+from tests.support.procs import ROOT, free_port
 from tests.support.scripted_openai import scripted_server
+from tests.support.stack import Stack
 
 
 @pytest.fixture(scope="module")
 def sims(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
-    tmp = tmp_path_factory.mktemp("drift-sims")
-    urls: list[str] = []
-    with running(*_sim(tmp, 0, urls)), running(*_sim(tmp, 1, urls)):
-        yield urls[0], urls[1]
-
-
-def _sim(tmp: Path, i: int, urls: list[str]) -> tuple[list[str], str]:
-    port = free_port()
-    urls.append(f"http://127.0.0.1:{port}")
-    return sim_args(port, "m", "--profile", "instant"), f"{urls[-1]}/health"
+    with Stack(tmp_path_factory.mktemp("drift-sims")) as s:
+        a, b = (s.sim("m", "--profile", "instant", name=f"sim-{i}", ready=False) for i in range(2))
+        s.ready()
+        yield a.url, b.url
 
 
 @pytest.fixture(scope="module")

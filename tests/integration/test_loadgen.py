@@ -14,18 +14,13 @@ from pathlib import Path
 import orjson
 import pytest
 
-from tests.support.procs import free_port, running, sim_args
+from tests.support.stack import Stack
 
 
 @pytest.fixture(scope="module")
 def sim_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    log = tmp_path_factory.mktemp("sim") / "sim.log"
-    with running(
-        sim_args(port, "bench-sim", "--profile", "small", "--api-key", "sk-bench"), url + "/health", log=log
-    ):
-        yield url
+    with Stack(tmp_path_factory.mktemp("sim")) as s:
+        yield s.sim("bench-sim", "--profile", "small", "--api-key", "sk-bench", name="sim").url
 
 
 def _bench(*args: str, env_key: str = "sk-bench") -> subprocess.CompletedProcess[str]:

@@ -17,7 +17,7 @@ from gateway.routing.learning import Learning
 from gateway.routing.outcome_share import SharedOutcomes
 from router.config import RoutingPolicy
 from router.memory import to_record
-from tests.support.limits_stack import wait_until
+from tests.support.poll import wait_until_async
 from tests.support.procs import free_port
 
 DIM = 8
@@ -48,7 +48,12 @@ async def test_outcomes_reach_the_other_replica_once_and_a_new_one_warms_up(
         a.learn(_emb(1), 0.0, "explore")  # needed the strong tier
         b.learn(_emb(2), 1.0, "feedback")
         assert a.memory is not None and b.memory is not None
-        assert await wait_until(lambda: len(a.memory) == 2 and len(b.memory) == 2, 3.0, 0.02), "timed out"  # type: ignore[union-attr]
+        await wait_until_async(
+            lambda: len(a.memory) == 2 and len(b.memory) == 2,  # type: ignore[union-attr]
+            "both memories to hold both outcomes",
+            timeout=3.0,
+            interval=0.02,
+        )
         await asyncio.sleep(0.1)  # a few more polls: nothing is added twice
         assert len(a.memory) == 2 and len(b.memory) == 2
     finally:

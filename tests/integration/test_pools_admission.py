@@ -4,22 +4,24 @@ while every replica is saturated."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
 
 from tests.support.dns_server import dns_server
-from tests.support.procs import free_port, running, sim_args
+from tests.support.poll import wait_until
+from tests.support.procs import free_port
 from tests.support.prom import metric
+from tests.support.stack import Stack
 
-Stack = tuple[str, int, dict[str, list[str]], int]
+Admission = tuple[str, int, dict[str, list[str]], int, Stack]
+POLL = {"timeout": 60, "interval": 0.05}  # generous: waits poll for a state, never time it
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Admission]:
     tmp = tmp_path_factory.mktemp("admission")
     sim_port, busy_port, gw = free_port(), free_port(), free_port()
     with dns_server() as (dns_port, records):
@@ -46,15 +48,10 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             "  - {name: busy, route: {pool: busy}}\n"
             "tenancy: {auth: disabled}\n"
         )
-        base = f"http://127.0.0.1:{gw}"
-        gateway = ["serve", "--config", str(cfg), "--port", str(gw)]
-        with (
-            running(
-                sim_args(busy_port, "busy", "--step-base-ms", "40"), f"http://127.0.0.1:{busy_port}/health"
-            ),
-            running(gateway, f"{base}/healthz", log=tmp / "gw.log"),
-        ):
-            yield base, sim_port, records, busy_port
+        with Stack(tmp) as s:
+            s.sim("busy", "--step-base-ms", "40", port=busy_port)
+            base = s.gateway(cfg, port=gw, name="gw").url
+            yield base, sim_port, records, busy_port, s
 
 
 def _chat(base: str, model: str, tokens: int = 4, stream: bool = False) -> httpx.Response:
@@ -74,26 +71,20 @@ def _queued(base: str, pool: str) -> float:
     return metric(text, "llmgw_pool_queued_requests", f'pool="{pool}"')
 
 
-def _until(cond: Callable[[], bool], what: str) -> None:
-    end = time.monotonic() + 60
-    while not cond():
-        assert time.monotonic() < end, f"never happened: {what}"
-        time.sleep(0.05)
-
-
 def test_scale_from_zero_holds_requests_exports_demand_and_proceeds_when_a_replica_appears(
-    stack: Stack,
+    stack: Admission,
 ) -> None:
-    base, sim_port, records, _ = stack
+    base, sim_port, records, _, procs = stack
     assert _queued(base, "zero") == 0
     with ThreadPoolExecutor(2) as pool:
         held = [pool.submit(_chat, base, "zero") for _ in range(2)]
-        _until(lambda: _queued(base, "zero") == 2, "two requests held by the empty pool")
+        wait_until(lambda: _queued(base, "zero") == 2, "two requests held by the empty pool", **POLL)
         assert not any(f.done() for f in held)
-        with running(sim_args(sim_port, "zero"), f"http://127.0.0.1:{sim_port}/health"):
-            records["vllm-zero.test."] = ["127.0.0.1"]  # the autoscaler started a replica
-            responses = [f.result() for f in held]
-            records.pop("vllm-zero.test.")
+        zero = procs.sim("zero", port=sim_port)
+        records["vllm-zero.test."] = ["127.0.0.1"]  # the autoscaler started a replica
+        responses = [f.result() for f in held]
+        records.pop("vllm-zero.test.")
+        procs.stop(zero)
     assert [r.status_code for r in responses] == [200, 200], [r.text for r in responses]
     assert _queued(base, "zero") == 0
     text = httpx.get(f"{base}/metrics", timeout=5).text
@@ -101,7 +92,7 @@ def test_scale_from_zero_holds_requests_exports_demand_and_proceeds_when_a_repli
     assert metric(text, "llmgw_pool_queue_wait_seconds_count", 'pool="zero"') >= 2
 
 
-def test_cold_start_timeout_answers_retryable_503_never_404(stack: Stack) -> None:
+def test_cold_start_timeout_answers_retryable_503_never_404(stack: Admission) -> None:
     base = stack[0]
     resp = _chat(base, "never")
     assert resp.status_code == 503, resp.text
@@ -112,13 +103,13 @@ def test_cold_start_timeout_answers_retryable_503_never_404(stack: Stack) -> Non
     assert metric(text, "llmgw_pool_rejections_total", 'pool="never",reason="cold_start"') >= 1
 
 
-def test_saturated_pool_holds_the_next_request_until_a_replica_frees_up(stack: Stack) -> None:
+def test_saturated_pool_holds_the_next_request_until_a_replica_frees_up(stack: Admission) -> None:
     base = stack[0]
     with ThreadPoolExecutor(2) as pool:
         first = pool.submit(_chat, base, "busy", 40)
-        _until(lambda: _replica_busy(base), "the only replica is at its in-flight limit")
+        wait_until(lambda: _replica_busy(base), "the only replica is at its in-flight limit", **POLL)
         second = pool.submit(_chat, base, "busy", 2)
-        _until(lambda: _queued(base, "busy") == 1 or second.done(), "the second request is held")
+        wait_until(lambda: _queued(base, "busy") == 1 or second.done(), "the second request is held", **POLL)
         results = [first.result(), second.result()]
     assert [r.status_code for r in results] == [200, 200]
 

@@ -4,9 +4,7 @@ loopback addresses."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -14,20 +12,23 @@ import pytest
 
 from tests.support.dns_server import dns_server
 from tests.support.fake_kube import fake_kube, kubeconfig
-from tests.support.procs import free_port, running
+from tests.support.poll import wait_until
+from tests.support.procs import free_port
 from tests.support.prom import metric
+from tests.support.stack import Stack
 
 HOSTS = ("127.0.0.1", "127.0.0.2")
+POLL = {"timeout": 30, "interval": 0.05}  # generous: waits poll for a state, never time it
 
 
 @pytest.fixture(scope="module")
-def replicas() -> Iterator[int]:
+def replicas(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
     """One simulator on each loopback address, same port (like pods behind a headless Service)."""
     port = free_port()
-    with ExitStack() as stack:
+    with Stack(tmp_path_factory.mktemp("replicas")) as s:
         for host in HOSTS:
-            args = ["sim", "--host", host, "--port", str(port), "--served-model-name", "p"]
-            stack.enter_context(running(args, f"http://{host}:{port}/health"))
+            s.sim("p", port=port, host=host, name=f"sim-{host}", ready=False)
+        s.ready()
         yield port
 
 
@@ -38,13 +39,6 @@ def _members(base: str) -> set[str]:
         for line in text.splitlines()
         if line.startswith("llmgw_replica_breaker_state{")
     }
-
-
-def _until(cond: Callable[[], bool], what: str) -> None:
-    end = time.monotonic() + 30
-    while not cond():
-        assert time.monotonic() < end, f"never happened: {what}"
-        time.sleep(0.05)
 
 
 def _served(port: int) -> dict[str, float]:
@@ -58,18 +52,19 @@ def _chat(base: str) -> int:
     return httpx.post(f"{base}/v1/chat/completions", json=body, timeout=30).status_code
 
 
-def _gateway(tmp: Path, endpoints: str, env: dict[str, str] | None = None) -> tuple[str, ExitStack]:
-    gw = free_port()
+def _gateway(tmp: Path, endpoints: str, env: dict[str, str] | None = None) -> tuple[str, Stack]:
     cfg = tmp / "p.yaml"
     cfg.write_text(
         "pools:\n"
         f"  - {{name: p, model: p, endpoints: {endpoints}, balancing: {{strategy: round_robin}}}}\n"
         "models:\n  - {name: p, route: {pool: p}}\ntenancy: {auth: disabled}\n"
     )
-    base = f"http://127.0.0.1:{gw}"
-    stack = ExitStack()
-    args = ["serve", "--config", str(cfg), "--port", str(gw)]
-    stack.enter_context(running(args, f"{base}/healthz", env=env, log=tmp / "gw.log"))
+    stack = Stack(tmp)
+    try:
+        base = stack.gateway(cfg, env=env, name="gw").url
+    except BaseException:
+        stack.close()
+        raise
     return base, stack
 
 
@@ -82,13 +77,15 @@ def test_dns_discovery_follows_the_records(replicas: int, tmp_path: Path) -> Non
         endpoints = f"{{dns: {{name: vllm-p.test, port: {port}, nameserver: '{ns}', interval_s: 0.1}}}}"
         base, stack = _gateway(tmp_path, endpoints)
         with stack:
-            _until(lambda: _members(base) == urls, "both replicas discovered")
+            wait_until(lambda: _members(base) == urls, "both replicas discovered", **POLL)
             before = _served(port)
             assert [_chat(base) for _ in range(4)] == [200] * 4
             after = _served(port)
             assert all(after[h] > before[h] for h in HOSTS)  # round robin over both addresses
             records["vllm-p.test."] = [HOSTS[1]]
-            _until(lambda: _members(base) == {f"http://{HOSTS[1]}:{port}"}, "the removed record leaves")
+            wait_until(
+                lambda: _members(base) == {f"http://{HOSTS[1]}:{port}"}, "the removed record leaves", **POLL
+            )
             before = _served(port)
             assert [_chat(base) for _ in range(3)] == [200] * 3
             after = _served(port)
@@ -118,18 +115,18 @@ def test_kubernetes_endpointslices_list_watch_honours_ready_and_terminating(
         base, stack = _gateway(tmp_path, endpoints, env={"KUBECONFIG": str(config)})
         with stack:
             one, two = (f"http://{h}:{port}" for h in HOSTS)
-            _until(lambda: _members(base) == {one}, "the listed ready endpoint")
+            wait_until(lambda: _members(base) == {one}, "the listed ready endpoint", **POLL)
             assert _chat(base) == 200
             kube.apply("llm", "vllm-p-def", "vllm-p", [_endpoint(HOSTS[1])], port)  # scale up: watch ADDED
-            _until(lambda: _members(base) == {one, two}, "the watched new slice")
+            wait_until(lambda: _members(base) == {one, two}, "the watched new slice", **POLL)
             # The first pod terminates: no new requests, even though it still serves its streams.
             kube.apply(
                 "llm", "vllm-p-abc", "vllm-p", [_endpoint(HOSTS[0], ready=False, terminating=True)], port
             )
-            _until(lambda: _members(base) == {two}, "the terminating endpoint leaves")
+            wait_until(lambda: _members(base) == {two}, "the terminating endpoint leaves", **POLL)
             before = _served(port)
             assert [_chat(base) for _ in range(3)] == [200] * 3
             after = _served(port)
             assert after[HOSTS[0]] == before[HOSTS[0]] and after[HOSTS[1]] == before[HOSTS[1]] + 3
             kube.delete("llm", "vllm-p-def")
-            _until(lambda: _members(base) == set(), "the deleted slice empties the pool")
+            wait_until(lambda: _members(base) == set(), "the deleted slice empties the pool", **POLL)

@@ -10,7 +10,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.support.procs import free_port, running, sim_args
+from tests.support.procs import free_port
+from tests.support.stack import Stack
 
 pytest.importorskip("litellm")
 
@@ -32,13 +33,9 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         "tenancy: {auth: disabled}\n"
     )
     env = {"HOSTED_API_KEY": "sk-provider", "LITELLM_LOCAL_MODEL_COST_MAP": "True", "HF_HUB_OFFLINE": "1"}
-    base = f"http://127.0.0.1:{gw}"
-    gateway = ["serve", "--config", str(cfg), "--port", str(gw)]
-    with (
-        running(sim_args(sim, "frontier", "--api-key", "sk-provider"), f"http://127.0.0.1:{sim}/health"),
-        running(gateway, f"{base}/healthz", env=env, log=tmp / "gw.log"),
-    ):
-        yield base
+    with Stack(tmp) as s:
+        s.sim("frontier", "--api-key", "sk-provider", port=sim)
+        yield s.gateway(cfg, port=gw, env=env, name="gw").url
 
 
 def _body(stream: bool) -> dict[str, object]:

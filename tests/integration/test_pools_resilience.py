@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import signal
 import threading
-import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -14,8 +13,10 @@ import httpx
 import pytest
 
 from tests.support.fake_upstream import fake_upstream
-from tests.support.procs import free_port, running, sim_args
+from tests.support.poll import wait_until
+from tests.support.procs import free_port
 from tests.support.prom import metric
+from tests.support.stack import Stack
 
 # ~40 tokens at ~50 ms a step: a stream that is still running when the test acts on it.
 SLOW_SIM = ("--step-base-ms", "50")
@@ -57,14 +58,6 @@ def _stream(base: str, started: Callable[[], None] | None = None) -> tuple[int, 
         return r.status_code, [e for e in text.split("\n\n") if e]
 
 
-def _until(cond: Callable[[], bool], what: str, deadline_s: float = 30.0) -> None:
-    end = time.monotonic() + deadline_s
-    while not cond():
-        if time.monotonic() > end:
-            raise AssertionError(f"never happened: {what}")
-        time.sleep(0.05)
-
-
 def _metrics(base: str) -> str:
     return httpx.get(f"{base}/metrics", timeout=5).text
 
@@ -77,28 +70,23 @@ def test_killed_replica_streams_end_with_error_others_retry_and_breaker_recovers
         [f"http://127.0.0.1:{a}", url_b],
         "    balancing: {strategy: round_robin}\n    breaker: {failures: 2, open_s: 1}\n",
     )
-    base = f"http://127.0.0.1:{gw}"
-    with (
-        running(sim_args(a, "p", *SLOW_SIM), f"http://127.0.0.1:{a}/health"),
-        running(
-            ["serve", "--config", str(cfg), "--port", str(gw)], f"{base}/healthz", log=tmp_path / "gw.log"
-        ),
-    ):
-        with running(sim_args(b, "p", *SLOW_SIM), f"{url_b}/health") as replica_b:
-            with ThreadPoolExecutor(8) as pool:
-                started = threading.Semaphore(0)
-                # Round robin: three streams on each replica, all past their first byte before the kill.
-                streams = [pool.submit(_stream, base, started.release) for _ in range(6)]
-                for _ in streams:
-                    assert started.acquire(timeout=30)
-                replica_b.send_signal(signal.SIGKILL)
-                replica_b.wait()
-                # Requests sent now have not streamed anything: they must all succeed on replica a.
-                later = [
-                    httpx.post(f"{base}/v1/chat/completions", json=_body(False, 4), timeout=30)
-                    for _ in range(6)
-                ]
-                results = [s.result() for s in streams]
+    with Stack(tmp_path) as procs:
+        procs.sim("p", *SLOW_SIM, port=a, name="sim-a")
+        base = procs.gateway(cfg, port=gw, name="gw").url
+        replica_b = procs.sim("p", *SLOW_SIM, port=b, name="sim-b").proc
+        with ThreadPoolExecutor(8) as pool:
+            started = threading.Semaphore(0)
+            # Round robin: three streams on each replica, all past their first byte before the kill.
+            streams = [pool.submit(_stream, base, started.release) for _ in range(6)]
+            for _ in streams:
+                assert started.acquire(timeout=30)
+            replica_b.send_signal(signal.SIGKILL)
+            replica_b.wait()
+            # Requests sent now have not streamed anything: they must all succeed on replica a.
+            later = [
+                httpx.post(f"{base}/v1/chat/completions", json=_body(False, 4), timeout=30) for _ in range(6)
+            ]
+            results = [s.result() for s in streams]
         assert all(r.status_code == 200 for r in later), [r.text for r in later]
         broken = [events for status, events in results if not events[-2].startswith('data: {"id"')]
         assert all(status == 200 for status, _ in results)
@@ -111,14 +99,14 @@ def test_killed_replica_streams_end_with_error_others_retry_and_breaker_recovers
         assert metric(text, "llmgw_replica_breaker_state", f'replica="{url_b}"') in (1, 2)  # open/half-open
 
         # The replica comes back on the same address: a half-open probe succeeds and closes the breaker.
-        with running(sim_args(b, "p"), f"{url_b}/health"):
+        procs.sim("p", port=b, name="sim-b")
 
-            def closed() -> bool:
-                r = httpx.post(f"{base}/v1/chat/completions", json=_body(False, 2), timeout=30)
-                assert r.status_code == 200, r.text
-                return metric(_metrics(base), "llmgw_replica_breaker_state", f'replica="{url_b}"') == 0
+        def closed() -> bool:
+            r = httpx.post(f"{base}/v1/chat/completions", json=_body(False, 2), timeout=30)
+            assert r.status_code == 200, r.text
+            return metric(_metrics(base), "llmgw_replica_breaker_state", f'replica="{url_b}"') == 0
 
-            _until(closed, "replica b's breaker closes again")
+        wait_until(closed, "replica b's breaker closes again", timeout=30, interval=0.05)
 
 
 def test_retries_stay_within_the_budget(tmp_path: Path) -> None:
@@ -130,13 +118,9 @@ def test_retries_stay_within_the_budget(tmp_path: Path) -> None:
         "    breaker: {failures: 1000}\n"  # keep the failing replica in rotation
         "    retries: {attempts: 2, budget_ratio: 0.1, budget_min_per_s: 0}\n",
     )
-    base = f"http://127.0.0.1:{gw}"
-    with (
-        fake_upstream(up),
-        running(
-            ["serve", "--config", str(cfg), "--port", str(gw)], f"{base}/healthz", log=tmp_path / "gw.log"
-        ),
-    ):
+    with Stack(tmp_path) as s:
+        s.enter(fake_upstream(up))
+        base = s.gateway(cfg, port=gw, name="gw").url
         statuses = [
             httpx.post(f"{base}/v1/chat/completions", json=_body(False), timeout=10).status_code
             for _ in range(60)
@@ -162,20 +146,25 @@ def test_sigterm_turns_readiness_off_and_drains_streams_before_exiting(
         top = f"limits: {{backend: redis, key_prefix: 'drain{gw}'}}\n"
         top += "tenancy: {auth: disabled, store: redis}\n"
     cfg = _policy(tmp_path / "p.yaml", [f"http://127.0.0.1:{sim}"], top=top)
-    base = f"http://127.0.0.1:{gw}"
-    with running(sim_args(sim, "p", *SLOW_SIM), f"http://127.0.0.1:{sim}/health"):
-        serve = ["serve", "--config", str(cfg), "--port", str(gw)]
-        with running(serve, f"{base}/readyz", env=env, log=tmp_path / "gw.log") as proc:
-            assert httpx.get(f"{base}/readyz").status_code == 200
-            with ThreadPoolExecutor(2) as pool:
-                first = pool.submit(_stream, base, lambda: proc.send_signal(signal.SIGTERM))
-                _until(lambda: httpx.get(f"{base}/readyz").status_code == 503, "readiness turns false")
-                # Still serving during the drain delay: the load balancer may not know yet.
-                second = httpx.post(f"{base}/v1/chat/completions", json=_body(False, 2), timeout=10)
-                status, events = first.result()
-            # uvicorn re-raises the captured SIGTERM after its graceful shutdown (the conventional
-            # exit status of a process ended by SIGTERM).
-            assert proc.wait(timeout=30) in (0, -signal.SIGTERM)
+    with Stack(tmp_path) as s:
+        s.sim("p", *SLOW_SIM, port=sim)
+        gateway = s.gateway(cfg, port=gw, env=env, name="gw", ready_path="/readyz")
+        base, proc = gateway.url, gateway.proc
+        assert httpx.get(f"{base}/readyz").status_code == 200
+        with ThreadPoolExecutor(2) as pool:
+            first = pool.submit(_stream, base, lambda: proc.send_signal(signal.SIGTERM))
+            wait_until(
+                lambda: httpx.get(f"{base}/readyz").status_code == 503,
+                "readiness turns false",
+                timeout=30,
+                interval=0.05,
+            )
+            # Still serving during the drain delay: the load balancer may not know yet.
+            second = httpx.post(f"{base}/v1/chat/completions", json=_body(False, 2), timeout=10)
+            status, events = first.result()
+        # uvicorn re-raises the captured SIGTERM after its graceful shutdown (the conventional
+        # exit status of a process ended by SIGTERM).
+        assert proc.wait(timeout=30) in (0, -signal.SIGTERM)
     assert second.status_code == 200
     assert "Application shutdown complete" in (tmp_path / "gw.log").read_text()
     assert status == 200 and events[-1] == "data: [DONE]"
@@ -186,19 +175,19 @@ def test_sigterm_turns_readiness_off_and_drains_streams_before_exiting(
 def test_a_stream_outliving_the_drain_period_ends_with_an_error_event(tmp_path: Path) -> None:
     sim, gw = free_port(), free_port()
     cfg = _policy(tmp_path / "p.yaml", [f"http://127.0.0.1:{sim}"])
-    base = f"http://127.0.0.1:{gw}"
     env = {"LLMGW_DRAIN_DELAY_S": "0.2", "LLMGW_DRAIN_SECONDS": "1"}
     body = {**_body(True, 200)}  # ~10 s of tokens: longer than the drain period
-    with running(sim_args(sim, "p", *SLOW_SIM), f"http://127.0.0.1:{sim}/health"):
-        serve = ["serve", "--config", str(cfg), "--port", str(gw)]
-        with running(serve, f"{base}/readyz", env=env, log=tmp_path / "gw.log") as proc:
-            with httpx.stream("POST", f"{base}/v1/chat/completions", json=body, timeout=30) as r:
-                text = ""
-                for chunk in r.iter_text():
-                    if not text:
-                        proc.send_signal(signal.SIGTERM)
-                    text += chunk
-            proc.wait(timeout=30)
+    with Stack(tmp_path) as s:
+        s.sim("p", *SLOW_SIM, port=sim)
+        gateway = s.gateway(cfg, port=gw, env=env, name="gw", ready_path="/readyz")
+        base, proc = gateway.url, gateway.proc
+        with httpx.stream("POST", f"{base}/v1/chat/completions", json=body, timeout=30) as r:
+            text = ""
+            for chunk in r.iter_text():
+                if not text:
+                    proc.send_signal(signal.SIGTERM)
+                text += chunk
+        proc.wait(timeout=30)
     events = [e for e in text.split("\n\n") if e]
     assert events[-1] == "data: [DONE]"
     assert "shutting down" in events[-2] and '"error"' in events[-2]

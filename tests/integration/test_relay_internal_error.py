@@ -25,8 +25,9 @@ from gateway.relay._stream import StreamCall
 from gateway.relay.pipeline import Relay
 from gateway.settings import Settings
 from gateway.tenancy.keys import generate_key, hash_key
-from tests.support.procs import free_port, running, sim_args, wait_http
+from tests.support.procs import free_port, wait_http
 from tests.support.prom import metric
+from tests.support.stack import Stack
 from tests.support.thread_server import uvicorn_in_thread
 
 FAULT = "trigger-the-injected-bug"  # fails before the response starts
@@ -74,12 +75,13 @@ tenancy:
     patch.setattr(StreamCall, "_start", start)
     app = GatewayApp(load_policy(str(policy)), Settings(port=gw_port))
     try:
-        with (
+        with Stack(tmp) as s:
             # Paced (not `instant`): a stream's first read is not the whole answer, so a bug can strike
             # between its first event and [DONE].
-            running(sim_args(sim_port, "m", "--profile", "small"), f"http://127.0.0.1:{sim_port}/health"),
-            uvicorn_in_thread(uvicorn.Config(app, host="127.0.0.1", port=gw_port, log_level="warning")),
-        ):
+            s.sim("m", "--profile", "small", port=sim_port)
+            s.enter(
+                uvicorn_in_thread(uvicorn.Config(app, host="127.0.0.1", port=gw_port, log_level="warning"))
+            )
             wait_http(f"http://127.0.0.1:{gw_port}/readyz")
             yield Served(f"http://127.0.0.1:{gw_port}", key)
     finally:

@@ -23,7 +23,7 @@ from gateway.budget.estimate import PoolEstimate
 from gateway.config import Model, OutputTokens, Route
 from gateway.edge.exchange import Kind
 from gateway.relay.normalize import prepare
-from tests.support.procs import free_port, running, sim_args
+from tests.support.stack import Stack
 
 MODEL = Model(name="sim", route=Route(pool="sim"), max_tokens=OutputTokens(default=16, cap=64))
 
@@ -66,10 +66,8 @@ def shapes(draw: st.DrawFn) -> tuple[Kind, dict[str, Any]]:
 
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[openai.OpenAI]:
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    log = tmp_path_factory.mktemp("sim") / "sim.log"
-    with running(sim_args(port, "sim", "--profile", "instant"), f"{url}/health", log=log):
+    with Stack(tmp_path_factory.mktemp("sim")) as s:
+        url = s.sim("sim", "--profile", "instant", name="sim").url
         yield openai.OpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0)
 
 

@@ -6,30 +6,28 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack
 from pathlib import Path
 
 import httpx
 import pytest
 
 from eval.sim.adapters import write_adapter
-from tests.support.procs import free_port, running
+from tests.support.procs import free_port
+from tests.support.stack import Stack
 
 Start = Callable[..., str]
 PROMPT = {"prompt": "Tell me about the harbour", "max_tokens": 8, "temperature": 0}
 
 
 @pytest.fixture
-def start_sim() -> Iterator[Start]:
-    with ExitStack() as es:
+def start_sim(tmp_path: Path) -> Iterator[Start]:
+    with Stack(tmp_path) as s:
 
         def start(*args: str, runtime: bool = True) -> str:
             port = free_port()
-            url = f"http://127.0.0.1:{port}"
             env = {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True" if runtime else "0"}  # "0": as unset
             argv = ["sim", "--host", "127.0.0.1", "--port", str(port), *args]
-            es.enter_context(running(argv, url + "/health", env))
-            return url
+            return s.spawn(argv, "/health", name="sim", port=port, env=env).url
 
         yield start
 

@@ -8,7 +8,6 @@ non-streamed request and for a cascade, that the simulator receives the attempt 
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,8 +26,10 @@ from gateway.config import load_policy
 from gateway.observability.otel import Tracing
 from gateway.settings import Settings
 from gateway.tenancy.keys import generate_key, hash_key
-from tests.support.procs import free_port, running, sim_args, wait_http
+from tests.support.poll import wait_until
+from tests.support.procs import free_port, wait_http
 from tests.support.recording_proxy import recording_proxy
+from tests.support.stack import Stack
 from tests.support.thread_server import uvicorn_in_thread
 
 
@@ -69,11 +70,10 @@ tenancy:
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     app = GatewayApp(load_policy(str(policy)), Settings(port=gw_port), tracing=Tracing(provider))
-    with (
-        running(sim_args(sim_port, "m", "--profile", "instant"), f"http://127.0.0.1:{sim_port}/health"),
-        recording_proxy(proxy_port, f"http://127.0.0.1:{sim_port}") as seen,
-        uvicorn_in_thread(uvicorn.Config(app, host="127.0.0.1", port=gw_port, log_level="warning")),
-    ):
+    with Stack(tmp) as s:
+        sim = s.sim("m", "--profile", "instant", port=sim_port)
+        seen = s.enter(recording_proxy(proxy_port, sim.url))
+        s.enter(uvicorn_in_thread(uvicorn.Config(app, host="127.0.0.1", port=gw_port, log_level="warning")))
         wait_http(f"http://127.0.0.1:{gw_port}/readyz")
         yield Traced(f"http://127.0.0.1:{gw_port}", key, exporter, seen)
 
@@ -86,15 +86,14 @@ def _trace_of(spans: list[ReadableSpan], root: ReadableSpan) -> list[ReadableSpa
 def _root(traced: Traced, alias: str | None) -> tuple[ReadableSpan, list[ReadableSpan]]:
     # The root span ends in the server's thread just after the last byte is sent, which can be after
     # the client has read it: wait for it (a wait for an event, not a timing assertion).
-    deadline = time.monotonic() + 10
-    while True:
-        spans = list(traced.spans.get_finished_spans())
-        name = f"chat {alias}" if alias else "chat"
-        roots = [s for s in spans if s.name == name and s.kind is SpanKind.SERVER]
-        if roots or time.monotonic() > deadline:
-            break
-        time.sleep(0.01)
-    [root] = roots
+    name = f"chat {alias}" if alias else "chat"
+    spans: list[ReadableSpan] = []
+
+    def roots() -> list[ReadableSpan]:
+        spans[:] = traced.spans.get_finished_spans()
+        return [s for s in spans if s.name == name and s.kind is SpanKind.SERVER]
+
+    [root] = wait_until(roots, f"the root span {name!r}", timeout=10, interval=0.01)
     return root, _trace_of(spans, root)
 
 

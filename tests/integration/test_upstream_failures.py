@@ -10,7 +10,8 @@ import httpx
 import pytest
 
 from tests.support.fake_upstream import fake_upstream
-from tests.support.procs import free_port, running
+from tests.support.procs import free_port
+from tests.support.stack import Stack
 
 MODES = [
     "ok",
@@ -54,11 +55,8 @@ def gateway(
         lines.append(f"  - {{name: {name}, route: {{pool: {pool_name}}}}}")
     cfg = tmp / "policy.yaml"
     cfg.write_text("\n".join(lines) + "\ntenancy: {auth: disabled}\n")
-    with fake_upstream(up_port) as seen:
-        args = ["serve", "--config", str(cfg), "--port", str(gw_port)]
-        env = {"LLMGW_UPSTREAM_CLIENT": request.param}
-        with running(args, f"http://127.0.0.1:{gw_port}/healthz", env=env, log=tmp / "gateway.log"):
-            yield f"http://127.0.0.1:{gw_port}", seen
+    with fake_upstream(up_port) as seen, Stack(tmp) as s:
+        yield s.gateway(cfg, port=gw_port, env={"LLMGW_UPSTREAM_CLIENT": request.param}).url, seen
 
 
 def _chat(base: str, alias: str, stream: bool = False) -> httpx.Response:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -139,14 +138,3 @@ async def stream_chat(client: httpx.AsyncClient, url: str, key: str, body: dict[
             if obj.get("usage"):
                 res.usage = obj["usage"]
     return res
-
-
-async def wait_until(predicate: Any, timeout: float, interval: float = 0.1) -> bool:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        if predicate():
-            return True
-        if loop.time() >= deadline:
-            return False
-        await asyncio.sleep(interval)

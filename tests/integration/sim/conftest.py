@@ -1,17 +1,18 @@
-"""Start real `llmgw sim` processes on free ports; wait for /health; kill them on teardown."""
+"""Real `llmgw sim` processes on free ports (tests.support.stack): ready once /health answers, stopped on
+teardown."""
 
 from __future__ import annotations
 
-import socket
 import subprocess
-import sys
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import pytest
+
+from tests.support.procs import free_port
+from tests.support.stack import Stack
 
 
 @dataclass
@@ -32,70 +33,26 @@ class SimProcess:
         raise AssertionError(f"{line_prefix!r} not in /metrics")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
-def _command() -> list[str]:
-    llmgw = Path(sys.executable).with_name("llmgw")
-    return [str(llmgw), "sim"] if llmgw.exists() else [sys.executable, "-m", "eval.sim.cli"]
-
-
-def _start(args: list[str]) -> SimProcess:
-    port = _free_port()
-    proc = subprocess.Popen([*_command(), "--port", str(port), *args], stderr=subprocess.PIPE)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            err = proc.stderr.read().decode() if proc.stderr else ""
-            raise RuntimeError(f"llmgw sim exited with {proc.returncode}: {err}")
-        try:
-            if httpx.get(url + "/health", timeout=0.5).status_code == 200:
-                return SimProcess(url, proc)
-        except httpx.TransportError:
-            pass
-        time.sleep(0.05)
-    proc.kill()
-    raise RuntimeError("llmgw sim did not become healthy within 20 s")
-
-
-def _stop(sim: SimProcess) -> None:
-    sim.proc.terminate()
-    try:
-        sim.proc.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        sim.proc.kill()
-        sim.proc.wait()
-
-
 @pytest.fixture
-def start_sim() -> Iterator[Callable[..., SimProcess]]:
-    started: list[SimProcess] = []
-
-    def start(*args: str) -> SimProcess:
-        sim = _start(list(args))
-        started.append(sim)
-        return sim
-
-    yield start
-    for sim in started:
-        _stop(sim)
+def start_sim(tmp_path: Path) -> Iterator[Callable[..., SimProcess]]:
+    with Stack(tmp_path) as s:
+        yield lambda *args: _start(s, list(args))
 
 
 @pytest.fixture(scope="module")
-def instant_sim() -> Iterator[SimProcess]:
-    sim = _start(["--profile", "instant", "--served-model-name", "small", "small-alias"])
-    yield sim
-    _stop(sim)
+def instant_sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimProcess]:
+    with Stack(tmp_path_factory.mktemp("instant-sim")) as s:
+        yield _start(s, ["--profile", "instant", "--served-model-name", "small", "small-alias"])
 
 
 @pytest.fixture(scope="module")
-def slow_sim() -> Iterator[SimProcess]:
+def slow_sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimProcess]:
     """Real pacing: 20 ms per engine step, so a 200-token answer takes ~4 s."""
-    sim = _start(["--profile", "small", "--step-base-ms", "20", "--served-model-name", "slow"])
-    yield sim
-    _stop(sim)
+    with Stack(tmp_path_factory.mktemp("slow-sim")) as s:
+        yield _start(s, ["--profile", "small", "--step-base-ms", "20", "--served-model-name", "slow"])
+
+
+def _start(stack: Stack, args: list[str]) -> SimProcess:
+    port = free_port()
+    sim = stack.spawn(["sim", "--port", str(port), *args], "/health", name="sim", port=port)
+    return SimProcess(sim.url, sim.proc)
