@@ -33,8 +33,9 @@ from tests.support.chart import (
     of_kind,
     policy_text,
 )
-from tests.support.procs import free_port, running, sim_args
-from tests.support.redis_server import REDIS_SERVER, RedisServer
+from tests.support.procs import free_port
+from tests.support.redis_server import REDIS_SERVER
+from tests.support.stack import Stack
 
 # Labels Prometheus (operator) attaches to every scraped series: selectors may use them freely.
 TARGET_LABELS = {"namespace", "service", "pod", "job", "instance", "endpoint", "container"}
@@ -136,38 +137,33 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     policy["tenancy"]["auth"] = "disabled"
     config = tmp / "config.yaml"
     config.write_text(yaml.safe_dump(policy))
-    redis = RedisServer(tmp)
-    redis.start()
-    gw_port = free_port()
-    env = {"LLMGW_REDIS_URL": redis.url, "LLMGW_PORT": str(gw_port), "LLMGW_CONFIG": str(config)}
-    small, large = (
-        sim_args(ports[p], served[p], "--profile", "instant", *_speculative_args(policy, p))
-        for p in ("small", "large")
-    )
-    try:
-        with (
-            running(small, f"http://127.0.0.1:{ports['small']}/health"),
-            running(large, f"http://127.0.0.1:{ports['large']}/health"),
-            running(["serve"], f"http://127.0.0.1:{gw_port}/readyz", env=env),
-        ):
-            url = f"http://127.0.0.1:{gw_port}"
-            aliases = [m["name"] for m in policy["models"]]
-            with httpx.Client(base_url=url, timeout=30) as client:
-                for alias in aliases:
-                    for stream in (False, True):
-                        body = {
-                            "model": alias,
-                            "messages": [{"role": "user", "content": "hi"}],
-                            "max_tokens": 8,
-                            "stream": stream,
-                        }
-                        resp = client.post("/v1/chat/completions", json=body)
-                        assert resp.status_code == 200, resp.text
-                gateway = Exposition.parse(client.get("/metrics").text)
-            sim = Exposition.parse(httpx.get(f"http://127.0.0.1:{ports['small']}/metrics").text)
-            yield Live(gateway, sim, served, url, aliases)
-    finally:
-        redis.kill()
+    with Stack(tmp) as s:
+        redis = s.redis()
+        for p in ("small", "large"):
+            s.sim(
+                served[p], "--profile", "instant", *_speculative_args(policy, p), port=ports[p], ready=False
+            )
+        s.ready()
+        gw_port = free_port()
+        # The chart's way: the policy and port from the environment (LLMGW_CONFIG, LLMGW_PORT).
+        env = {"LLMGW_REDIS_URL": redis.url, "LLMGW_PORT": str(gw_port), "LLMGW_CONFIG": str(config)}
+        s.spawn(["serve"], "/readyz", name="gateway", port=gw_port, env={"LLMGW_DRAIN_DELAY_S": "0", **env})
+        url = f"http://127.0.0.1:{gw_port}"
+        aliases = [m["name"] for m in policy["models"]]
+        with httpx.Client(base_url=url, timeout=30) as client:
+            for alias in aliases:
+                for stream in (False, True):
+                    body = {
+                        "model": alias,
+                        "messages": [{"role": "user", "content": "hi"}],
+                        "max_tokens": 8,
+                        "stream": stream,
+                    }
+                    resp = client.post("/v1/chat/completions", json=body)
+                    assert resp.status_code == 200, resp.text
+            gateway = Exposition.parse(client.get("/metrics").text)
+        sim = Exposition.parse(httpx.get(f"http://127.0.0.1:{ports['small']}/metrics").text)
+        yield Live(gateway, sim, served, url, aliases)
 
 
 def _speculative_args(policy: dict[str, object], name: str) -> list[str]:

@@ -54,7 +54,7 @@ async def wait_until_async(
         if inspect.isawaitable(value):
             value = await value
         if value:
-            return value  # type: ignore[return-value]
+            return value
         if loop.time() > deadline:
             raise _timed_out(what, timeout)
         await asyncio.sleep(interval)
