@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,7 +26,8 @@ from openai import OpenAI
 
 from gateway.tenancy.keys import generate_key, hash_key
 from tests.support import vllm
-from tests.support.procs import free_port, running, sim_args
+from tests.support.procs import free_port
+from tests.support.stack import Stack
 
 BLOCK = 128
 MAX_MODEL_LEN = vllm.MAX_MODEL_LEN
@@ -207,30 +207,21 @@ def backend(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
     )
     tmp = tmp_path_factory.mktemp(f"conformance-{kind}")
     api_key = generate_key()
-    with ExitStack() as es:
+    with Stack(tmp) as s:
         if kind == "sim":
-            ports = (free_port(), free_port())
-            replicas = (f"http://127.0.0.1:{ports[0]}", f"http://127.0.0.1:{ports[1]}")
-            for i, (port, url) in enumerate(zip(ports, replicas, strict=True)):
-                args = sim_args(port, "tiny", *SIM_FLAGS, *(DETAILS if i == 1 else ()))
-                es.enter_context(running(args, f"{url}/health", log=tmp / f"sim-{i}.log"))
+            sims = [
+                s.sim("tiny", *SIM_FLAGS, *(DETAILS if i == 1 else ()), name=f"sim-{i}", ready=False)
+                for i in range(2)
+            ]
+            replicas = (sims[0].url, sims[1].url)
         else:
             assert vllm_pair is not None
             # Stopped with this backend (after its gateway), not at the end of a `pytest tests` session:
             # the rest of the test run should not share the machine with two idle engines.
-            es.callback(vllm_pair.stop)
+            s.callback(vllm_pair.stop)
             replicas = vllm_pair.urls()
-        gw_port = free_port()
         policy = _policy(tmp / "policy.yaml", replicas, hash_key(api_key))
-        gw_url = f"http://127.0.0.1:{gw_port}"
-        es.enter_context(
-            running(
-                ["serve", "--config", str(policy), "--port", str(gw_port)],
-                f"{gw_url}/healthz",
-                log=tmp / "gateway.log",
-            )
-        )
-        yield Backend(kind, replicas, gw_url, api_key)
+        yield Backend(kind, replicas, s.gateway(policy).url, api_key)
 
 
 @pytest.fixture(params=["direct", "gateway"])
