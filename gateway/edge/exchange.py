@@ -127,6 +127,7 @@ class Exchange:
         headers: RequestHeaders,
         t0: float,
         reply: DialectSend | None = None,
+        loop: asyncio.AbstractEventLoop | None = None,
     ) -> None:
         self.rid = rid
         self.endpoint = kind  # the endpoint the client called: labels metrics, logs and traces
@@ -134,7 +135,8 @@ class Exchange:
         self.headers = headers
         self.reply = reply  # a dialect's request: the `send` that translates its answers
         self.t0 = t0  # arrival (perf_counter)
-        self.task = asyncio.current_task()
+        # With the loop given, no asyncio.get_running_loop(): a getpid() system call on Python 3.11.
+        self.task = asyncio.current_task(loop)
         self.status = 500
         self.stream = False  # the answer is an SSE stream (normalize, or the cache's replay)
         self.e2e = 0.0  # arrival -> last byte, seconds (set when the request ends)
@@ -143,9 +145,11 @@ class Exchange:
         # The watcher: its timer until `WATCH_AFTER_S`, then the receive call it waits on.
         self.watching: asyncio.TimerHandle | asyncio.Future[Message] | None = None
 
-    def watch(self, receive: Receive) -> None:
-        """Watch for the client leaving from `WATCH_AFTER_S` on, until `done`."""
-        self.watching = asyncio.get_running_loop().call_later(WATCH_AFTER_S, self._start_watch, receive)
+    def watch(self, receive: Receive, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        """Watch for the client leaving from `WATCH_AFTER_S` on, until `done` (`loop`: the running one,
+        when the caller has it at hand)."""
+        loop = loop or asyncio.get_running_loop()
+        self.watching = loop.call_later(WATCH_AFTER_S, self._start_watch, receive)
 
     def _start_watch(self, receive: Receive) -> None:
         if self.finished:

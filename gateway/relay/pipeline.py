@@ -116,6 +116,9 @@ class Relay:
         self._auth = parts.auth
         self._ids = parts.ids
         self._running = 0  # requests between arrival and their last byte (gates speculative admission)
+        # The loop serving the app, found on the first request (and again if a test closed it):
+        # asyncio.get_running_loop() is a getpid() system call on Python 3.11, twice per request.
+        self._loop: asyncio.AbstractEventLoop | None = None
         observer = self.observer = parts.observer or Observer(parts.policy, metrics)
         trace = self._trace = observer.tracing
         # The request log keeps every answer's bytes when it writes their text.
@@ -160,7 +163,10 @@ class Relay:
         if dialect is not None:
             # Every answer from here on, errors included, in the dialect's own shape.
             send = reply = DialectSend(send, *dialect)
-        x = Exchange(self._ids.accept(h.request_id), kind, h, t0, reply)
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            loop = self._loop = asyncio.get_running_loop()
+        x = Exchange(self._ids.accept(h.request_id), kind, h, t0, reply, loop)
         req = RequestRecord(x)
         if self._observe:
             self.observer.start(req, kind, scope["headers"])
@@ -220,7 +226,7 @@ class Relay:
             raise
         open_ended = self._normalize(req, ask, route)
         budget = await self._admit.reserve(req, route, open_ended, self._running)
-        x.watch(receive)
+        x.watch(receive, self._loop)
         inflight = route.metrics.inflight
         inflight.inc()
         try:
