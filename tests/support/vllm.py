@@ -16,13 +16,12 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Sequence
-from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 
-from tests.support.procs import ROOT, free_port
+from tests.support.procs import ROOT
 
 VLLM_DIR = ROOT / ".tools" / "vllm"
 VLLM_PYTHON = VLLM_DIR / "bin" / "python"
@@ -159,27 +158,6 @@ def wait_ready(server: VllmServer, timeout: float = READY_TIMEOUT_S) -> None:
     tail = server.log.read_text(errors="replace")[-4000:]
     stop(server)
     raise TimeoutError(f"vLLM not ready within {timeout:.0f} s:\n{tail}")
-
-
-def started(
-    es: ExitStack,
-    logs: Path,
-    servers: Sequence[Sequence[str]],
-    *,
-    ports: Sequence[int] | None = None,
-    extra_env: dict[str, str] | None = None,
-) -> list[VllmServer]:
-    """One ready server per entry of `servers` (its extra arguments), server i pinned to core i and
-    logging to `logs/vllm-i.log`; each is stopped when `es` closes, whatever happens first."""
-    out = []
-    for i, extra in enumerate(servers):
-        port = ports[i] if ports is not None else free_port()
-        server = spawn(port, logs / f"vllm-{i}.log", cpu=i, extra_args=extra, extra_env=extra_env)
-        es.callback(stop, server)
-        out.append(server)
-    for server in out:
-        wait_ready(server)
-    return out
 
 
 def stop(server: VllmServer) -> None:
