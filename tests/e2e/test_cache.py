@@ -21,6 +21,7 @@ import openai
 import pytest
 
 from gateway.tenancy.keys import generate_key, hash_key
+from tests.support.poll import wait_until
 from tests.support.stack import Stack
 
 
@@ -238,12 +239,17 @@ def test_the_request_log_says_where_the_answer_came_from(stack: CacheStack) -> N
     time.sleep(0.2)
     second = stack.raw("a1", body)
     assert second.headers["x-llmgw-cache-status"] == "hit"
-    time.sleep(0.2)
-    records = {}
-    for line in stack.log.read_text().splitlines():
-        if line.startswith('{"ts"'):
-            rec = json.loads(line)
-            records[rec["request_id"]] = rec
+    ids = (first.headers["x-request-id"], second.headers["x-request-id"])
+
+    def logged() -> dict[str, dict[str, object]]:  # a request's line is written after its answer went out
+        records = {}
+        for line in stack.log.read_text().splitlines():
+            if line.startswith('{"ts"'):
+                rec = json.loads(line)
+                records[rec["request_id"]] = rec
+        return records if all(i in records for i in ids) else {}
+
+    records = wait_until(logged, "both requests' lines in the request log", timeout=10, interval=0.05)
     miss, hit = records[first.headers["x-request-id"]], records[second.headers["x-request-id"]]
     assert miss["cache"] == "miss" and miss["pool"] == "small" and miss["output_tokens"] > 0
     # A hit: no pool did work, no tokens were used, the alias is still named.

@@ -21,6 +21,7 @@ import openai
 import pytest
 
 from gateway.tenancy.keys import generate_key, hash_key
+from tests.support.poll import wait_until
 from tests.support.procs import free_port
 from tests.support.prom import metric
 from tests.support.stack import Stack
@@ -186,7 +187,12 @@ def test_request_log_names_the_guardrail_never_the_text(guarded: GuardStack) -> 
             model="strict", messages=[{"role": "user", "content": f"key {SECRET}"}]
         )
     blocked_rid = exc.value.response.headers["x-request-id"]
-    lines = {str(line["request_id"]): line for line in guarded.log_lines()}
+
+    def logged() -> dict[str, dict[str, object]]:  # a request's line is written after its answer went out
+        lines = {str(line["request_id"]): line for line in guarded.log_lines()}
+        return lines if rid in lines and blocked_rid in lines else {}
+
+    lines = wait_until(logged, "both requests' lines in the request log", timeout=10, interval=0.05)
     assert lines[rid]["guardrails"] == [
         {"guardrail": "secrets", "action": "redacted", "where": "messages[0].content"},
         {"guardrail": "pii", "action": "redacted", "where": "messages[0].content"},
