@@ -8,7 +8,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -16,6 +15,7 @@ import openai
 import pytest
 from openai import OpenAI
 
+from tests.support.poll import wait_until
 from tests.support.procs import ROOT, free_port
 
 pytestmark = pytest.mark.e2e
@@ -41,14 +41,15 @@ def test_make_run_serves_both_pools_with_a_demo_key(tmp_path: Path) -> None:
             start_new_session=True,
         )
     try:
-        key = None
-        deadline = time.monotonic() + 60
-        while key is None and time.monotonic() < deadline:
-            assert proc.poll() is None, log.read_text()
+
+        def demo_key() -> str | None:
             m = re.search(r"demo API key: (sk-[A-Za-z0-9_-]+)", log.read_text())
-            key = m.group(1) if m else None
-            time.sleep(0.2)
-        assert key, log.read_text()
+            return m.group(1) if m else None
+
+        def alive() -> None:
+            assert proc.poll() is None, log.read_text()
+
+        key = wait_until(demo_key, lambda: f"the demo API key:\n{log.read_text()}", timeout=60, fail=alive)
         base = f"http://127.0.0.1:{port}/v1"
         for alias in ("small", "large"):
             reply = OpenAI(base_url=base, api_key=key, max_retries=0).chat.completions.create(
@@ -91,7 +92,9 @@ def test_make_run_serves_both_pools_with_a_demo_key(tmp_path: Path) -> None:
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-    deadline = time.monotonic() + 10
-    while (_busy(8001) or _busy(8002) or _busy(port)) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not (_busy(8001) or _busy(8002) or _busy(port)), "make run left processes behind"
+    wait_until(
+        lambda: not (_busy(8001) or _busy(8002) or _busy(port)),
+        "make run's processes to go (it left them behind)",
+        timeout=10,
+        interval=0.1,
+    )
