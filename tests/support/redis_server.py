@@ -11,9 +11,9 @@ import os
 import shutil
 import socket
 import subprocess
-import time
 from pathlib import Path
 
+from tests.support.poll import wait_until
 from tests.support.procs import ROOT, free_port
 
 REDIS_SERVER = shutil.which("redis-server")
@@ -65,22 +65,24 @@ class RedisServer:
         else:
             with log_path.open("wb") as log:  # the child keeps its own descriptor
                 self.proc = subprocess.Popen(args, cwd=self.workdir, stdout=log, stderr=log)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
+        proc = self.proc
+
+        def exited() -> None:
+            if proc.poll() is not None:
                 tail = ""
                 if log_path is not None:
                     tail = ":\n" + "\n".join(log_path.read_text(errors="replace").splitlines()[-10:])
-                raise RuntimeError(f"redis-server exited with {self.proc.returncode}{tail}")
+                raise RuntimeError(f"redis-server exited with {proc.returncode}{tail}")
+
+        def pong() -> bool:
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as s:
                     s.sendall(b"PING\r\n")
-                    if s.recv(16).startswith(b"+PONG"):
-                        return
+                    return s.recv(16).startswith(b"+PONG")
             except OSError:
-                pass
-            time.sleep(0.02)
-        raise TimeoutError("redis-server did not answer PING within 10 s")
+                return False
+
+        wait_until(pong, "redis-server to answer PING", timeout=10, interval=0.02, fail=exited)
 
     def kill(self) -> None:
         if self.proc is not None:

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import uvicorn
 from aiohttp import web
+
+from tests.support.poll import wait_until
 
 
 @contextmanager
@@ -64,11 +65,15 @@ def uvicorn_in_thread(config: uvicorn.Config, what: str = "uvicorn") -> Iterator
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
+
+    def died() -> None:
+        if not thread.is_alive():
             raise TimeoutError(f"{what} did not start")
-        time.sleep(0.02)
+
+    try:
+        wait_until(lambda: server.started, f"{what} to start", timeout=10, interval=0.02, fail=died)
+    except AssertionError:
+        raise TimeoutError(f"{what} did not start") from None
     try:
         yield server
     finally:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import httpx
 
+from tests.support.poll import wait_until
 from tests.support.procs import ROOT
 
 VLLM_DIR = ROOT / ".tools" / "vllm"
@@ -143,21 +144,26 @@ def spawn(
 
 def wait_ready(server: VllmServer, timeout: float = READY_TIMEOUT_S) -> None:
     spawned = server.started_s
-    deadline = spawned + timeout
-    while time.monotonic() < deadline:
+
+    def exited() -> None:
         if server.proc.poll() is not None:
             tail = server.log.read_text(errors="replace")[-4000:]
             raise RuntimeError(f"vLLM exited with {server.proc.returncode} before it was ready:\n{tail}")
+
+    def healthy() -> bool:
         try:
-            if httpx.get(server.url + "/health", timeout=2.0).status_code == 200:
-                server.started_s = time.monotonic() - spawned
-                return
+            return httpx.get(server.url + "/health", timeout=2.0).status_code == 200
         except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    tail = server.log.read_text(errors="replace")[-4000:]
-    stop(server)
-    raise TimeoutError(f"vLLM not ready within {timeout:.0f} s:\n{tail}")
+            return False
+
+    left = spawned + timeout - time.monotonic()
+    try:
+        wait_until(healthy, "vLLM's /health", timeout=max(left, 0.0), interval=0.5, fail=exited)
+    except AssertionError:
+        tail = server.log.read_text(errors="replace")[-4000:]
+        stop(server)
+        raise TimeoutError(f"vLLM not ready within {timeout:.0f} s:\n{tail}") from None
+    server.started_s = time.monotonic() - spawned
 
 
 def stop(server: VllmServer) -> None:
@@ -189,11 +195,15 @@ def _signal_group(pgid: int, sig: signal.Signals) -> None:
 
 def _wait_group_gone(pgid: int, timeout: float = 10.0) -> None:
     """The engine core and worker may outlive the API server by a moment; kill what is left of the group."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+
+    def gone() -> bool:
         try:
             os.killpg(pgid, 0)
         except ProcessLookupError:
-            return
-        time.sleep(0.2)
-    _signal_group(pgid, signal.SIGKILL)
+            return True
+        return False
+
+    try:
+        wait_until(gone, f"process group {pgid} to exit", timeout=timeout, interval=0.2)
+    except AssertionError:
+        _signal_group(pgid, signal.SIGKILL)

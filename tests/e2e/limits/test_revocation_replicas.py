@@ -15,6 +15,7 @@ import httpx
 from gateway.tenancy.keys import generate_key
 from tests.e2e.limits.conftest import SimFactory, gateway
 from tests.support.limits_stack import TenantKey, write_policy
+from tests.support.poll import wait_until_async
 from tests.support.prom import metric
 from tests.support.redis_server import RedisServer
 
@@ -35,11 +36,16 @@ async def status(client: httpx.AsyncClient, url: str, key: str) -> int:
 
 async def refused_after(client: httpx.AsyncClient, url: str, key: str, since: float) -> float | None:
     """Seconds from `since` to the first 401, polling every POLL_S up to MAX_WAIT_S (None: never)."""
-    while time.monotonic() - since < MAX_WAIT_S:
-        if await status(client, url, key) == 401:
-            return time.monotonic() - since
-        await asyncio.sleep(POLL_S)
-    return None
+
+    async def refused() -> bool:
+        return await status(client, url, key) == 401
+
+    left = since + MAX_WAIT_S - time.monotonic()
+    try:
+        await wait_until_async(refused, f"{url} to refuse the key", timeout=left, interval=POLL_S)
+    except AssertionError:
+        return None
+    return time.monotonic() - since
 
 
 async def test_revocation_reaches_both_replicas_within_a_second(

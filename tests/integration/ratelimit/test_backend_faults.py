@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import os
 import subprocess
-import time
 from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ from ratelimit.model import Admission, Dimension, Level, Reservation, Rule, Tena
 from ratelimit.redis_backend import RedisBackend
 from ratelimit.resp import SUPPORTED, RespClient
 from ratelimit.rules import request_cost, usage_cost
+from tests.support.poll import wait_until
 from tests.support.procs import free_port
 from tests.support.redis_server import REDIS_SERVER, RedisServer
 
@@ -167,16 +167,23 @@ def start_node(workdir: Path, *extra: str) -> tuple[subprocess.Popen[bytes], int
     out = subprocess.DEVNULL
     proc = subprocess.Popen([*args, *extra], cwd=workdir, stdout=out, stderr=out)
     client = redis.Redis(host="127.0.0.1", port=port)
-    deadline = time.monotonic() + 10
-    while True:
+
+    def pong() -> bool:
         try:
-            client.ping()
-            return proc, port
+            return bool(client.ping())
         except redis.ConnectionError:
-            if time.monotonic() > deadline or proc.poll() is not None:
-                proc.kill()
-                raise
-            time.sleep(0.02)
+            return False
+
+    def exited() -> None:
+        if proc.poll() is not None:
+            raise RuntimeError(f"redis-server exited with {proc.returncode}")
+
+    try:
+        wait_until(pong, f"the cluster node on {port} to answer PING", timeout=10, interval=0.02, fail=exited)
+    except BaseException:
+        proc.kill()
+        raise
+    return proc, port
 
 
 @pytest.fixture
@@ -193,10 +200,12 @@ def cluster(tmp_path: Path) -> Iterator[tuple[int, int]]:
         a, b = (redis.Redis(host="127.0.0.1", port=p) for p in ports)
         b.execute_command("CLUSTER", "ADDSLOTSRANGE", 0, 16383)
         a.execute_command("CLUSTER", "MEET", "127.0.0.1", ports[1])
-        deadline = time.monotonic() + 20
-        while b"cluster_state:ok" not in a.execute_command("CLUSTER", "INFO"):
-            assert time.monotonic() < deadline, "the two cluster nodes did not converge"
-            time.sleep(0.1)
+        wait_until(
+            lambda: b"cluster_state:ok" in a.execute_command("CLUSTER", "INFO"),
+            "the two cluster nodes to converge",
+            timeout=20,
+            interval=0.1,
+        )
         yield ports[0], ports[1]
     finally:
         for proc in procs:
