@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 PORT   ?= 8080
 FUZZ_EXAMPLES ?= 200
 
-.PHONY: install run test check lint typecheck unit integration e2e conformance vllm tiny-model fuzz bench-overhead bench-observe bench-pools router-encoder bench-router k8s-tools helm-check redis-stack bench-cache semantic-threshold peers-tools bench-peers bench-knee bench-capacity bench-soak bench-spec bench-lora lock clean
+.PHONY: install run test test-lane-e2e test-lane-checks test-lane-alone check lint typecheck unit integration e2e conformance vllm tiny-model fuzz bench-overhead bench-observe bench-pools router-encoder bench-router k8s-tools helm-check redis-stack bench-cache semantic-threshold peers-tools bench-peers bench-knee bench-capacity bench-soak bench-spec bench-lora lock clean
 
 $(STAMP): pyproject.toml constraints/gateway.txt eval/routing/export_encoder.py eval/routing/encoder_delta.py eval/routing/deltas/minilm-l3-gain.npz
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) on PATH"; exit 1; }
@@ -27,11 +27,32 @@ VLLM ?=
 run: $(STAMP) $(if $(VLLM),tiny-model)
 	@VLLM=$(VLLM) PORT=$(PORT) BIN=$(BIN) scripts/dev-run.sh
 
-## test: install, then every test: lint + types, unit, integration, e2e, conformance (real vLLM), bounded fuzz
-test: $(STAMP) check k8s-tools redis-stack tiny-model
-	$(BIN)/python -m pytest -q -p no:cacheprovider tests
-	$(MAKE) --no-print-directory fuzz FUZZ_EXAMPLES=$(FUZZ_EXAMPLES)
-	$(MAKE) --no-print-directory helm-check
+## test: install, then every layer: lint + types, unit, integration, e2e, conformance (real vLLM), security +
+## chart, bounded fuzz, helm-check. Every layer runs even after one failed; the end prints each layer's wall
+## time (tests/support/layers.py) and fails if any layer failed. First two lanes side by side: e2e (real
+## processes, mostly waiting on them) and the layers that need one core and start no server but fuzz's
+## (each printed in one piece when it ends); then integration, conformance and security + chart alone.
+PYTEST := $(BIN)/python -m pytest -q -p no:cacheprovider
+LAYERS_LOG := .run/test-layers.tsv
+LAYER = @$(BIN)/python -m tests.support.layers run $(LAYERS_LOG)
+test: $(STAMP) k8s-tools redis-stack tiny-model
+	@$(BIN)/python -m tests.support.layers start $(LAYERS_LOG)
+	@$(MAKE) --no-print-directory -j2 test-lane-e2e test-lane-checks
+	@$(MAKE) --no-print-directory test-lane-alone
+	@$(BIN)/python -m tests.support.layers report $(LAYERS_LOG)
+
+# The lanes of `make test` (each expects the tools installed and `layers start` run).
+test-lane-e2e:
+	$(LAYER) e2e --pytest -- $(PYTEST) tests/e2e --ignore=tests/e2e/security
+test-lane-checks:
+	$(LAYER) lint+types --buffer -- $(MAKE) --no-print-directory check
+	$(LAYER) unit --pytest --buffer -- $(PYTEST) tests/unit
+	$(LAYER) helm-check --buffer -- $(MAKE) --no-print-directory helm-check
+	$(LAYER) fuzz --buffer -- $(MAKE) --no-print-directory fuzz FUZZ_EXAMPLES=$(FUZZ_EXAMPLES)
+test-lane-alone:
+	$(LAYER) integration --pytest -- $(PYTEST) tests/integration
+	$(LAYER) conformance --pytest -- $(PYTEST) tests/conformance
+	$(LAYER) security/chart --pytest -- $(PYTEST) tests/e2e/security tests/chart
 
 check: lint typecheck
 
