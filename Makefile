@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 PORT   ?= 8080
 FUZZ_EXAMPLES ?= 200
 
-.PHONY: install run test test-lane-e2e test-lane-checks test-lane-alone check lint typecheck unit integration e2e conformance vllm tiny-model fuzz bench-overhead bench-observe bench-pools router-encoder bench-router k8s-tools helm-check redis-stack bench-cache semantic-threshold peers-tools bench-peers bench-knee bench-capacity bench-soak bench-spec bench-lora lock clean
+.PHONY: bench-instructions install run test test-lane-e2e test-lane-checks test-lane-alone check lint typecheck unit integration e2e conformance vllm tiny-model fuzz bench-overhead bench-observe bench-pools router-encoder bench-router k8s-tools helm-check redis-stack bench-cache semantic-threshold peers-tools bench-peers bench-knee bench-capacity bench-soak bench-spec bench-lora lock clean
 
 $(STAMP): pyproject.toml constraints/gateway.txt eval/routing/export_encoder.py eval/routing/encoder_delta.py eval/routing/deltas/minilm-l3-gain.npz
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) on PATH"; exit 1; }
@@ -101,6 +101,12 @@ BENCH_ARGS ?=
 bench-overhead: $(STAMP)
 	@command -v wrk >/dev/null 2>&1 || echo "note: wrk not found (apt-get install -y wrk); throughput falls back to the Python client"
 	$(BIN)/python -m eval.bench.overhead $(BENCH_ARGS)
+
+## bench-instructions: instructions (callgrind) and system calls (strace) per request of the gateway, counted
+## not timed, unary and stream; BENCH_ARGS="--before CHECKOUT" compares another checkout (needs valgrind, strace)
+bench-instructions: $(STAMP)
+	@command -v valgrind >/dev/null 2>&1 || { echo "bench-instructions needs valgrind and strace (apt-get install -y valgrind strace)"; exit 1; }
+	$(BIN)/python -m eval.bench.overhead.instructions --syscalls $(BENCH_ARGS)
 
 ## bench-observe: CPU the observability hooks add per request (goodput/cost; + request log; + text; + traces), in process
 bench-observe: $(STAMP)
