@@ -37,7 +37,10 @@ HARD = [
     "compresses a spring of constant 400 N/m; compute the maximum compression, accounting for friction "
     "along the 2 m path.",
 ]
-CUT = 0.25  # the shipped model scores these prompts 0.30-0.83 and "hi" 0.09
+# The shipped model scores these prompts 0.30-0.83 and "hi" 0.09 on one CPU, and 0.23-0.82 and 0.07
+# on an AVX2-only AMD EPYC (no VNNI, no AVX-512; the int8 encoder's kernels differ by CPU): the cut
+# sits clear of both.
+CUT = 0.15
 
 
 @dataclass(frozen=True)
