@@ -19,42 +19,12 @@ from __future__ import annotations
 import time
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Generic, TypeVar
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 from prometheus_client.utils import INF, floatToGoString
-
-
-class _Family(Collector):
-    """One metric name, its label names and its children (label values -> child)."""
-
-    def __init__(
-        self,
-        name: str,
-        documentation: str,
-        labelnames: Iterable[str] = (),
-        registry: CollectorRegistry | None = None,
-        unit: str = "",
-    ) -> None:
-        self._name = name
-        self._unit = unit  # appended to the name by the family, as prometheus_client does
-        self._doc = documentation
-        self._labelnames = tuple(labelnames)
-        self._children: dict[tuple[str, ...], object] = {}
-        if registry is not None:
-            registry.register(self)
-
-    def _check(self, values: tuple[str, ...]) -> tuple[str, ...]:
-        if len(values) != len(self._labelnames):
-            raise ValueError(f"{self._name}: expected labels {self._labelnames}, got {values}")
-        return tuple(str(v) for v in values)
-
-    def describe(self) -> Iterator[Metric]:
-        yield self._family()
-
-    def _family(self) -> Metric:
-        raise NotImplementedError
 
 
 class CounterChild:
@@ -68,44 +38,6 @@ class CounterChild:
         if amount < 0:
             raise ValueError("counters can only be incremented by non-negative amounts")
         self.value += amount
-
-
-class Counter(_Family):
-    def __init__(
-        self,
-        name: str,
-        documentation: str,
-        labelnames: Iterable[str] = (),
-        registry: CollectorRegistry | None = None,
-        unit: str = "",
-    ) -> None:
-        super().__init__(name.removesuffix("_total"), documentation, labelnames, registry, unit)
-        self._solo = CounterChild() if not self._labelnames else None
-
-    def labels(self, *values: str) -> CounterChild:
-        key = self._check(values)
-        child = self._children.get(key)
-        if child is None:
-            child = self._children[key] = CounterChild()
-        assert isinstance(child, CounterChild)
-        return child
-
-    def inc(self, amount: float = 1.0) -> None:
-        if self._solo is None:
-            raise ValueError(f"{self._name} has labels: use labels(...).inc()")
-        self._solo.inc(amount)
-
-    def _family(self) -> CounterMetricFamily:
-        return CounterMetricFamily(self._name, self._doc, labels=self._labelnames, unit=self._unit)
-
-    def collect(self) -> Iterator[Metric]:
-        family = self._family()
-        if self._solo is not None:
-            family.add_metric((), self._solo.value, created=self._solo.created)
-        for key, child in list(self._children.items()):
-            assert isinstance(child, CounterChild)
-            family.add_metric(key, child.value, created=child.created)
-        yield family
 
 
 class GaugeChild:
@@ -131,52 +63,6 @@ class GaugeChild:
         self.value = float(value)
 
 
-class Gauge(_Family):
-    def __init__(
-        self,
-        name: str,
-        documentation: str,
-        labelnames: Iterable[str] = (),
-        registry: CollectorRegistry | None = None,
-    ) -> None:
-        super().__init__(name, documentation, labelnames, registry)
-        self._solo = GaugeChild() if not self._labelnames else None
-
-    def labels(self, *values: str) -> GaugeChild:
-        key = self._check(values)
-        child = self._children.get(key)
-        if child is None:
-            child = self._children[key] = GaugeChild()
-        assert isinstance(child, GaugeChild)
-        return child
-
-    def _only(self) -> GaugeChild:
-        if self._solo is None:
-            raise ValueError(f"{self._name} has labels: use labels(...)")
-        return self._solo
-
-    def inc(self, amount: float = 1.0) -> None:
-        self._only().inc(amount)
-
-    def dec(self, amount: float = 1.0) -> None:
-        self._only().dec(amount)
-
-    def set(self, value: float) -> None:
-        self._only().set(value)
-
-    def _family(self) -> GaugeMetricFamily:
-        return GaugeMetricFamily(self._name, self._doc, labels=self._labelnames, unit=self._unit)
-
-    def collect(self) -> Iterator[Metric]:
-        family = self._family()
-        if self._solo is not None:
-            family.add_metric((), self._solo.read())
-        for key, child in list(self._children.items()):
-            assert isinstance(child, GaugeChild)
-            family.add_metric(key, child.read())
-        yield family
-
-
 class HistogramChild:
     __slots__ = ("_bounds", "counts", "sum", "created")
 
@@ -192,61 +78,151 @@ class HistogramChild:
         self.sum += amount
 
 
-class Histogram(_Family):
+C = TypeVar("C", CounterChild, GaugeChild, HistogramChild)
+
+
+class _Family(Collector, Generic[C]):
+    """One metric name, its label names and its children (label values -> child); a metric without
+    labels has one child of its own (`_solo`), which its `inc`/`observe`/... update."""
+
+    def __init__(
+        self,
+        name: str,
+        documentation: str,
+        labelnames: Iterable[str],
+        registry: CollectorRegistry | None,
+        unit: str,
+    ) -> None:
+        self._name = name
+        self._unit = unit  # appended to the name by the family, as prometheus_client does
+        self._doc = documentation
+        self._labelnames = tuple(labelnames)
+        self._children: dict[tuple[str, ...], C] = {}
+        self._solo: C | None = None if self._labelnames else self._child()
+        if registry is not None:
+            registry.register(self)
+
+    def _child(self) -> C:
+        raise NotImplementedError
+
+    def labels(self, *values: str) -> C:
+        if len(values) != len(self._labelnames):
+            raise ValueError(f"{self._name}: expected labels {self._labelnames}, got {values}")
+        key = tuple(str(v) for v in values)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = self._child()
+        return child
+
+    def _only(self) -> C:
+        if self._solo is None:
+            raise ValueError(f"{self._name} has labels: use labels(...)")
+        return self._solo
+
+    def _each(self) -> list[tuple[tuple[str, ...], C]]:
+        solo = [((), self._solo)] if self._solo is not None else []
+        return solo + list(self._children.items())
+
+    def describe(self) -> Iterator[Metric]:
+        yield self._family()
+
+    def _family(self) -> Metric:
+        raise NotImplementedError
+
+
+class Counter(_Family[CounterChild]):
     def __init__(
         self,
         name: str,
         documentation: str,
         labelnames: Iterable[str] = (),
         registry: CollectorRegistry | None = None,
-        buckets: Sequence[float] = (
-            0.005,
-            0.01,
-            0.025,
-            0.05,
-            0.075,
-            0.1,
-            0.25,
-            0.5,
-            0.75,
-            1.0,
-            2.5,
-            5.0,
-            7.5,
-            10.0,
-        ),
+        unit: str = "",
+    ) -> None:
+        super().__init__(name.removesuffix("_total"), documentation, labelnames, registry, unit)
+
+    def _child(self) -> CounterChild:
+        return CounterChild()
+
+    def inc(self, amount: float = 1.0) -> None:
+        self._only().inc(amount)
+
+    def _family(self) -> CounterMetricFamily:
+        return CounterMetricFamily(self._name, self._doc, labels=self._labelnames, unit=self._unit)
+
+    def collect(self) -> Iterator[Metric]:
+        family = self._family()
+        for key, child in self._each():
+            family.add_metric(key, child.value, created=child.created)
+        yield family
+
+
+class Gauge(_Family[GaugeChild]):
+    def __init__(
+        self,
+        name: str,
+        documentation: str,
+        labelnames: Iterable[str] = (),
+        registry: CollectorRegistry | None = None,
+        unit: str = "",
+    ) -> None:
+        super().__init__(name, documentation, labelnames, registry, unit)
+
+    def _child(self) -> GaugeChild:
+        return GaugeChild()
+
+    def inc(self, amount: float = 1.0) -> None:
+        self._only().inc(amount)
+
+    def dec(self, amount: float = 1.0) -> None:
+        self._only().dec(amount)
+
+    def set(self, value: float) -> None:
+        self._only().set(value)
+
+    def _family(self) -> GaugeMetricFamily:
+        return GaugeMetricFamily(self._name, self._doc, labels=self._labelnames, unit=self._unit)
+
+    def collect(self) -> Iterator[Metric]:
+        family = self._family()
+        for key, child in self._each():
+            family.add_metric(key, child.read())
+        yield family
+
+
+# prometheus_client's default buckets
+_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
+
+
+class Histogram(_Family[HistogramChild]):
+    def __init__(
+        self,
+        name: str,
+        documentation: str,
+        labelnames: Iterable[str] = (),
+        registry: CollectorRegistry | None = None,
+        buckets: Sequence[float] = _BUCKETS,
+        unit: str = "",
     ) -> None:
         bounds = sorted(float(b) for b in buckets if float(b) != INF)
         if len(set(bounds)) != len(bounds):
             raise ValueError(f"{name}: duplicate bucket bounds")
         self._bounds = tuple(bounds)
         self._les: list[str] = [floatToGoString(b) for b in (*self._bounds, INF)]  # type: ignore[no-untyped-call]
-        super().__init__(name, documentation, labelnames, registry)
-        self._solo = HistogramChild(self._bounds) if not self._labelnames else None
+        super().__init__(name, documentation, labelnames, registry, unit)
 
-    def labels(self, *values: str) -> HistogramChild:
-        key = self._check(values)
-        child = self._children.get(key)
-        if child is None:
-            child = self._children[key] = HistogramChild(self._bounds)
-        assert isinstance(child, HistogramChild)
-        return child
+    def _child(self) -> HistogramChild:
+        return HistogramChild(self._bounds)
 
     def observe(self, amount: float) -> None:
-        if self._solo is None:
-            raise ValueError(f"{self._name} has labels: use labels(...).observe()")
-        self._solo.observe(amount)
+        self._only().observe(amount)
 
     def _family(self) -> HistogramMetricFamily:
         return HistogramMetricFamily(self._name, self._doc, labels=self._labelnames, unit=self._unit)
 
     def collect(self) -> Iterator[Metric]:
         family = self._family()
-        children: list[tuple[tuple[str, ...], HistogramChild]] = []
-        if self._solo is not None:
-            children.append(((), self._solo))
-        children += [(k, c) for k, c in list(self._children.items()) if isinstance(c, HistogramChild)]
-        for key, child in children:
+        for key, child in self._each():
             cumulative, buckets = 0, []
             for le, n in zip(self._les, child.counts, strict=True):
                 cumulative += n
