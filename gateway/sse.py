@@ -153,6 +153,7 @@ class SSESplitter:
         "_buf", "strip_usage", "strip_continuous", "usage", "saw_done", "error", "events", "meta",
         "pool", "rid", "max_event", "kept",
     )  # fmt: skip
+    KEEPS = False  # whether `kept` collects the forwarded events' data (KeepingSplitter)
 
     def __init__(
         self,
@@ -177,7 +178,7 @@ class SSESplitter:
         self.rid = rid
         self.max_event = max_event
         # KeepingSplitter's: the data of each event forwarded since the last `take` ([DONE] included).
-        self.kept: list[bytes] | None = None
+        self.kept: list[bytes] | None = [] if self.KEEPS else None
 
     def reset(self) -> None:
         """Forget a stream abandoned before its first event (another replica is tried)."""
@@ -366,18 +367,7 @@ class KeepingSplitter(SSESplitter):
     the common path would not apply anyway)."""
 
     __slots__ = ()
-
-    def __init__(
-        self,
-        strip_usage: bool,
-        strip_continuous: bool = False,
-        *,
-        pool: str = "",
-        rid: str | None = None,
-        max_event: int = MAX_EVENT_BYTES,
-    ) -> None:
-        super().__init__(strip_usage, strip_continuous, pool=pool, rid=rid, max_event=max_event)
-        self.kept = []
+    KEEPS = True
 
     def feed(self, data: bytes) -> tuple[bytes, bool]:
         if self._buf or not data.endswith(_SEP):
