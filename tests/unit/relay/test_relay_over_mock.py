@@ -21,17 +21,11 @@ from gateway.errors import ConnectFailed, Disconnected, TransportTimeout
 from gateway.settings import Settings
 from gateway.upstream.mock import MockReply, MockTransport
 from gateway.upstream.transport import Request
+from tests.support.fake_upstream import OK_BODY
 
 A, B = "http://a.test:8000", "http://b.test:8000"
 CHUNK = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "created": 1, "model": "m"}
-ANSWER = {
-    "id": "chatcmpl-1",
-    "object": "chat.completion",
-    "created": 1,
-    "model": "m",
-    "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}],
-    "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4},
-}
+ANSWER = OK_BODY
 USAGE = {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}
 
 
