@@ -28,13 +28,13 @@ here text bytes become tokens at a rate learnt from what the pool reported (docs
 from __future__ import annotations
 
 from bisect import bisect_right
-from dataclasses import dataclass
+from typing import NamedTuple
 
 
-@dataclass(frozen=True, slots=True)
-class InputSize:
+class InputSize(NamedTuple):
     """A prompt's size as the estimate needs it, measured while the prompt is validated: text is turned
-    into tokens at a calibrated rate, `fixed` is counted as is."""
+    into tokens at a calibrated rate, `fixed` is counted as is. (A NamedTuple, not a frozen dataclass:
+    made per request, and a frozen dataclass's `__init__` is an `object.__setattr__` call per field.)"""
 
     text_bytes: int  # UTF-8 bytes of the text (messages, prompts, tools)
     extra_bytes: int  # of those, the bytes beyond one per character (0 for ASCII, 2 per CJK character)
@@ -92,18 +92,23 @@ class _Rate:
         self.half = 0
 
     def tokens(self, text_bytes: int) -> int:
-        return int(text_bytes * self.per_byte[max(0, _band(text_bytes))]) + max(self.excess, self.prev_excess)
+        # Per request: conditionals, not max() (a builtin call and an argument tuple each).
+        band = bisect_right(BANDS, text_bytes) - 1
+        excess = self.excess if self.excess >= self.prev_excess else self.prev_excess
+        return int(text_bytes * self.per_byte[band if band > 0 else 0]) + excess
 
     def observe(self, text_bytes: int, tokens: int) -> None:
         """`tokens`: the reported prompt tokens minus the fixed part of the estimate."""
         band = _band(text_bytes)
         if band >= 0:
-            if self.bands[band].observe(min(1.0, tokens / text_bytes)):
+            rate = tokens / text_bytes
+            if self.bands[band].observe(rate if rate < 1.0 else 1.0):
                 self._recompute()  # rarely: most samples are under the window's max
-        per_byte = self.per_byte[max(0, band)]
+        per_byte = self.per_byte[band if band > 0 else 0]
         if per_byte != self.configured:  # a rate is known: what the template adds beyond it
             short = tokens - int(text_bytes * per_byte)
-            self.excess = max(self.excess, min(MAX_EXCESS, short))
+            if short > self.excess:
+                self.excess = short if short < MAX_EXCESS else MAX_EXCESS
         self.half += 1
         if self.half >= WINDOW:
             self.prev_excess, self.excess, self.half = self.excess, 0, 0
@@ -156,7 +161,8 @@ class PoolEstimate:
     def observe(self, size: InputSize, prompt_tokens: int) -> None:
         """What the pool reported for a prompt of `size` (truthful, validated usage only)."""
         if size.text_bytes:
-            self._class(size).observe(size.text_bytes, max(0, prompt_tokens - size.fixed))
+            above = prompt_tokens - size.fixed
+            self._class(size).observe(size.text_bytes, above if above > 0 else 0)
 
     @property
     def calibrated(self) -> bool:

@@ -203,9 +203,10 @@ class _Guarded(HttpToolsProtocol):
         self._answer(InvalidRequestError(msg, code="invalid_http"))
 
     # -- parser callbacks -----------------------------------------------------------------------
+    # Per request, the base class is named, not `super()`: a super object per call otherwise.
 
     def on_message_begin(self) -> None:
-        super().on_message_begin()
+        HttpToolsProtocol.on_message_begin(self)
         self._phase, self._stale, self._body_bytes = _HEAD, True, 0
 
     def on_headers_complete(self) -> None:
@@ -218,23 +219,23 @@ class _Guarded(HttpToolsProtocol):
         ):
             raise _Refuse(_too_large(lim))
         self._phase, self._pending, self._stale = _BODY, 0, True
-        super().on_headers_complete()
+        HttpToolsProtocol.on_headers_complete(self)
         cycle = self.cycle
         if cycle is not None:  # uvicorn made it above; its task has not run yet
             cycle.transport = _HeadHold(self.transport, self)  # type: ignore[assignment]
 
     def on_body(self, body: bytes) -> None:
         self._body_bytes += len(body)
-        super().on_body(body)
+        HttpToolsProtocol.on_body(self, body)
 
     def on_response_complete(self) -> None:
         if self._holding is not None:  # a head no body write followed (HEAD, an empty body)
             self._holding.flush()
-        super().on_response_complete()
+        HttpToolsProtocol.on_response_complete(self)
 
     def on_message_complete(self) -> None:
         self._phase = _IDLE
-        super().on_message_complete()
+        HttpToolsProtocol.on_message_complete(self)
 
     # -- slow readers ---------------------------------------------------------------------------
 

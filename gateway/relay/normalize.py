@@ -15,8 +15,7 @@ output multipliers (`Prepared.outputs`: prompts x max(n, best_of)), so admission
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -33,8 +32,7 @@ _PER_PROMPT = 1 + _PER_MESSAGE  # a text prompt's special tokens (BOS, ...), gen
 _NON_TEXT = 1024  # an image or audio part: a flat allowance of tokens
 
 
-@dataclass(frozen=True, slots=True)
-class Prepared:
+class Prepared(NamedTuple):  # per request: a NamedTuple is made without a setattr call per field
     body: dict[str, Any]
     alias: str
     stream: bool

@@ -125,9 +125,11 @@ REQUEST_PATH = ("gateway.record", "gateway.edge.exchange", "gateway.relay.pipeli
 
 
 def _fields(cls: type) -> tuple[str, ...]:
-    """A class's fields: a dataclass's, else its slots (its bases' included)."""
+    """A class's fields: a dataclass's or NamedTuple's, else its slots (its bases' included)."""
     if dataclasses.is_dataclass(cls):
         return tuple(f.name for f in dataclasses.fields(cls))
+    if issubclass(cls, tuple) and hasattr(cls, "_fields"):  # a NamedTuple
+        return tuple(cls._fields)
     return tuple(name for k in reversed(cls.__mro__) for name in getattr(k, "__slots__", ()))
 
 
@@ -174,7 +176,8 @@ def record_problems(text: str, record: type, resolve: Callable[[str], type] = _i
         fields = _fields(cls)
         if listed == "(frozen)":
             params = getattr(cls, "__dataclass_params__", None)
-            if params is None or not params.frozen:
+            is_tuple = issubclass(cls, tuple) and hasattr(cls, "_fields")  # a NamedTuple is immutable
+            if not is_tuple and (params is None or not params.frozen):
                 problems.append(f"{part}: {dotted} is not frozen")
         elif sorted(re.findall(r"`(\w+)`", listed)) != sorted(fields):
             problems.append(f"{part}: the page lists {listed}, {dotted} has {' '.join(fields)}")
