@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 PORT   ?= 8080
 FUZZ_EXAMPLES ?= 200
 
-.PHONY: bench-instructions install run test test-lane-e2e test-lane-checks test-lane-alone check lint typecheck unit integration e2e conformance vllm tiny-model fuzz bench-overhead bench-observe bench-pools router-encoder bench-router k8s-tools helm-check redis-stack bench-cache semantic-threshold peers-tools bench-peers bench-knee bench-capacity bench-soak bench-spec bench-lora lock clean
+.PHONY: bench-instructions install run test test-lane-e2e test-lane-waits test-lane-checks test-lane-alone check lint typecheck unit integration e2e conformance vllm tiny-model fuzz bench-overhead bench-observe bench-pools router-encoder bench-router k8s-tools helm-check redis-stack bench-cache semantic-threshold peers-tools bench-peers bench-knee bench-capacity bench-soak bench-spec bench-lora lock clean
 
 $(STAMP): pyproject.toml constraints/gateway.txt eval/routing/export_encoder.py eval/routing/encoder_delta.py eval/routing/deltas/minilm-l3-gain.npz
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) on PATH"; exit 1; }
@@ -37,22 +37,28 @@ LAYERS_LOG := .run/test-layers.tsv
 LAYER = @$(BIN)/python -m tests.support.layers run $(LAYERS_LOG)
 test: $(STAMP) k8s-tools redis-stack tiny-model
 	@$(BIN)/python -m tests.support.layers start $(LAYERS_LOG)
-	@$(MAKE) --no-print-directory -j2 test-lane-e2e test-lane-checks
+	@$(MAKE) --no-print-directory -j3 test-lane-e2e test-lane-waits test-lane-checks
 	@$(MAKE) --no-print-directory test-lane-alone
 	@$(BIN)/python -m tests.support.layers report $(LAYERS_LOG)
 
-# The lanes of `make test` (each expects the tools installed and `layers start` run).
+# The lanes of `make test` (each expects the tools installed and `layers start` run). Three side by side
+# on two cores: `waits` is mostly waiting (Redis stopped or frozen for seconds, fault timers), so it
+# costs the other two little; conformance runs alone after them (two vLLM servers, a core each).
+E2E_WAITS := tests/e2e/limits/test_redis_faults.py tests/e2e/limits/test_redis_outage.py \
+	tests/e2e/limits/test_key_store_faults.py
 test-lane-e2e:
-	$(LAYER) e2e --pytest -- $(PYTEST) tests/e2e --ignore=tests/e2e/security
+	$(LAYER) e2e --pytest -- $(PYTEST) tests/e2e --ignore=tests/e2e/security $(E2E_WAITS:%=--ignore=%)
+test-lane-waits:
+	$(LAYER) e2e-faults --pytest --buffer -- $(PYTEST) $(E2E_WAITS)
+	$(LAYER) integration --pytest --buffer -- $(PYTEST) tests/integration
+	$(LAYER) security/chart --pytest --buffer -- $(PYTEST) tests/e2e/security tests/chart
 test-lane-checks:
 	$(LAYER) lint+types --buffer -- $(MAKE) --no-print-directory check
 	$(LAYER) unit --pytest --buffer -- $(PYTEST) tests/unit
 	$(LAYER) helm-check --buffer -- $(MAKE) --no-print-directory helm-check
 	$(LAYER) fuzz --buffer -- $(MAKE) --no-print-directory fuzz FUZZ_EXAMPLES=$(FUZZ_EXAMPLES)
 test-lane-alone:
-	$(LAYER) integration --pytest -- $(PYTEST) tests/integration
 	$(LAYER) conformance --pytest -- $(PYTEST) tests/conformance
-	$(LAYER) security/chart --pytest -- $(PYTEST) tests/e2e/security tests/chart
 
 check: lint typecheck
 
