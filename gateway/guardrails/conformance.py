@@ -15,6 +15,11 @@ Where it applies (docs/design/025-guardrails.md):
   escalates to the next tier (`llmgw_router_escalations_total{reason="schema_violation"}`), and the
   strongest tier's answer is final, as with every scorer.
 
+The client's schema costs bounded CPU (gateway/guardrails/_bounded_schema.py): at most
+`MAX_SCHEMA_BYTES`, its patterns compiled by RE2 (linear-time; a pattern RE2 refuses is a 400), and an
+answer's validation stops at `DEADLINE_S` with a 400 `schema_too_complex` (a live stream ends with it
+as its final error event).
+
 Every outcome is counted in `llmgw_guardrail_events_total{guardrail="json_schema",action}`: passed
 (a violation let through), retried, failed.
 """
@@ -29,6 +34,7 @@ from jsonschema import exceptions as schema_errors
 from jsonschema import validators
 
 from gateway.errors import InvalidRequestError
+from gateway.guardrails._bounded_schema import SchemaTooCostly, bounded_validator
 from gateway.sse import DONE, complete_events, error_event, event_json
 from router.cascade import Cascade
 
@@ -36,6 +42,8 @@ __all__ = ["Check", "StreamCheck", "answers_conform", "bind_schema", "schema_che
 
 Check = Callable[[str], bool]
 _PARAM = "response_format.json_schema.schema"
+MAX_SCHEMA_BYTES = 128 * 1024  # the schema, serialized: its meta-schema check is linear in it
+DEADLINE_S = 0.025  # one answer's validation: the event loop waits at most about this long
 
 
 def schema_check(body: dict[str, Any]) -> Check | None:
@@ -49,6 +57,13 @@ def schema_check(body: dict[str, Any]) -> Check | None:
             "response_format.json_schema.schema must be a JSON Schema object",
             param=_PARAM,
             code="invalid_type",
+        )
+    size = len(orjson.dumps(schema))
+    if size > MAX_SCHEMA_BYTES:
+        raise InvalidRequestError(
+            f"response_format.json_schema.schema is {size} bytes (at most {MAX_SCHEMA_BYTES})",
+            param=_PARAM,
+            code="schema_too_complex",
         )
     remote = _remote_ref(schema)
     if remote is not None:
@@ -67,13 +82,15 @@ def schema_check(body: dict[str, Any]) -> Check | None:
             param=_PARAM,
             code="invalid_value",
         ) from None
-    validator = cls(schema)
+    validator = bounded_validator(schema, cls, DEADLINE_S)  # a 400 for a pattern RE2 refuses
 
     def conforms(text: str) -> bool:
         try:
-            return bool(validator.is_valid(orjson.loads(text)))
+            return validator.is_valid(orjson.loads(text))
         except orjson.JSONDecodeError:
             return False
+        except SchemaTooCostly:
+            raise  # the client's 400, in its API's shape
         except Exception:  # a schema jsonschema accepted but cannot apply: no answer conforms to it
             return False
 
@@ -143,7 +160,11 @@ class StreamCheck:
                 self._collect(parsed)
         if not out.endswith(DONE):
             return out
-        self.violated = not all(self._check("".join(parts)) for parts in self._texts.values())
+        try:
+            self.violated = not all(self._check("".join(parts)) for parts in self._texts.values())
+        except SchemaTooCostly as e:  # the stream ends with the client's 400 as its error event
+            self.violated = True
+            return out[: -len(DONE)] + error_event(e.body())
         if self.violated and self._failure is not None:
             return out[: -len(DONE)] + error_event(self._failure)
         return out
