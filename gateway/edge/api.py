@@ -47,6 +47,7 @@ from gateway.errors import (
     NotFoundError,
 )
 from gateway.tenancy.admin import build_admin_router
+from ratelimit.model import Tenant
 
 if TYPE_CHECKING:
     from gateway.app import GatewayApp
@@ -119,7 +120,12 @@ def build_api(app: GatewayApp) -> FastAPI:
             pools={p.name for p in app.policy.pools},
         )
     )
-    api.include_router(app.observer.feedback.router(app.parts.auth))
+    admissions, ids = app.parts.admissions, app.ids
+
+    async def charge(tenant: Tenant) -> None:
+        await admissions.charge_request(ids.new().decode(), tenant)
+
+    api.include_router(app.observer.feedback.router(app.parts.auth, charge))
     _service_routes(api, app)
     _error_handlers(api)
     return api
@@ -249,7 +255,10 @@ def _error_handlers(api: FastAPI) -> None:
 
     @api.exception_handler(RequestValidationError)
     async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
-        err = InvalidRequestError(f"invalid request: {exc.errors()[:1]}")
+        # Where and what, never the client's value (an error must not echo a body back).
+        first = exc.errors()[0] if exc.errors() else {}
+        where = ".".join(str(p) for p in first.get("loc", ()))[:200]
+        err = InvalidRequestError(f"invalid request at '{where}': {first.get('msg', '')}")
         return JSONResponse(err.payload(), status_code=400)
 
 

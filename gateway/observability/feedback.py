@@ -26,22 +26,25 @@ from __future__ import annotations
 import logging
 import time
 from array import array
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from fastapi import APIRouter, Request
 from prometheus_client import CollectorRegistry, Histogram
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gateway.edge.exchange import RequestHeaders
 from gateway.edge.openapi import error_responses
-from gateway.errors import ConflictError, NotFoundError, UpstreamUnavailableError
+from gateway.edge.small_body import small_body
+from gateway.errors import ConflictError, InvalidRequestError, NotFoundError, UpstreamUnavailableError
 from gateway.observability.cost import CostMetrics
 from gateway.observability.feedback_shared import Delivered, FeedbackStoreUnavailable, SharedFeedback
 from gateway.tenancy.auth import Authenticator
+from ratelimit.model import Tenant
 
 __all__ = ["Delivered", "Feedback", "FeedbackAck", "FeedbackRequest", "FeedbackStore", "OnRated"]
 
 OnRated = Callable[[str, str, bool, float | None, Delivered], None]
+Charge = Callable[[Tenant], Awaitable[None]]
 _log = logging.getLogger("llmgw.feedback")
 
 
@@ -213,20 +216,39 @@ class Feedback:
             except Exception:  # a hook must not turn an accepted rating into an error
                 _log.exception("feedback on_rated hook failed")
 
-    def router(self, auth: Authenticator) -> APIRouter:
+    def router(self, auth: Authenticator, charge: Charge) -> APIRouter:
+        """The route. `charge(tenant)` spends one request of the key's limits (raises its refusal):
+        a rating is a request like any other, so a key's request rate bounds how fast it can rate."""
         r = APIRouter()
+        body_schema = FeedbackRequest.model_json_schema()
 
         @r.post(
             "/v1/feedback",
             response_model=FeedbackAck,
-            responses=error_responses(400, 401, 404, 409, 503),
+            responses=error_responses(400, 401, 404, 409, 413, 429, 503),
             summary="Rate an answer of your own org (once; feeds cost per accepted output)",
+            openapi_extra={
+                "requestBody": {"required": True, "content": {"application/json": {"schema": body_schema}}}
+            },
         )
-        async def feedback(body: FeedbackRequest, request: Request) -> FeedbackAck:
+        async def feedback(request: Request) -> FeedbackAck:
             h = RequestHeaders(request.scope)
-            # Any alias: rating needs a valid key, not access to a particular model.
+            # Authenticated and charged before a byte of the body is read. Any alias: rating needs a
+            # valid key, not access to a particular model.
             principal = await auth.identify(h.authorization, api_key=h.api_key)
+            await charge(principal.tenant)
+            body = _parse(await small_body(request))
             await self.rate(principal.tenant.org, body)
             return FeedbackAck(request_id=body.request_id, accepted=body.accepted)
 
         return r
+
+
+def _parse(raw: bytes) -> FeedbackRequest:
+    """The body, or a 400 naming the field (never echoing the client's value back)."""
+    try:
+        return FeedbackRequest.model_validate_json(raw)
+    except ValidationError as exc:
+        err = exc.errors(include_input=False, include_url=False)[0]
+        param = ".".join(str(p) for p in err["loc"]) or None
+        raise InvalidRequestError(f"invalid feedback body at '{param}': {err['msg']}", param=param) from None

@@ -23,6 +23,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from gateway.config import Name
+from gateway.edge.small_body import small_body
 from gateway.errors import (
     AuthenticationError,
     ConflictError,
@@ -191,9 +192,9 @@ def _known(what: str, names: list[str], known: set[str]) -> None:
 async def _create_body(request: Request) -> CreateKey:
     # Validated here rather than by FastAPI so that errors name the field in the OpenAI error shape.
     try:
-        data = orjson.loads(await request.body())
+        data = orjson.loads(await small_body(request))
     except orjson.JSONDecodeError as exc:
-        raise InvalidRequestError(f"the body is not valid JSON: {exc}", code="invalid_json") from exc
+        raise InvalidRequestError(f"the body is not valid JSON: {exc}"[:300], code="invalid_json") from None
     if not isinstance(data, dict):
         raise InvalidRequestError("the body must be a JSON object")
     try:

@@ -37,6 +37,7 @@ LAYERS: list[tuple[str, ...]] = [
         "gateway.edge.exchange",
         "gateway.edge.openapi",
         "gateway.edge.protocol",
+        "gateway.edge.small_body",
         "gateway.tenancy",
         "gateway.record",
     ),
