@@ -66,6 +66,15 @@ class Lora(_Frozen):
         "load_factor x the pool's mean (one hot adapter spills instead of pinning one replica)",
     )
     load_timeout_s: float = Field(60.0, gt=0, description="one /v1/load_lora_adapter call")
+    load_backoff_s: float = Field(
+        5.0,
+        gt=0,
+        description="after a failed load, requests for that adapter on that replica fail at once for this "
+        "long (doubling per further failure, up to load_backoff_max_s) instead of loading again",
+    )
+    load_backoff_max_s: float = Field(
+        300.0, gt=0, description="the longest backoff after repeated failed loads"
+    )
     relist_s: float = Field(
         30.0, gt=0, description="how often the adapters each replica serves are re-read from /v1/models"
     )

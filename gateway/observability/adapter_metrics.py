@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 __all__ = ["LOAD_OUTCOMES", "AdapterCollector", "AdapterMetrics"]
 
-LOAD_OUTCOMES = ("loaded", "already_loaded", "failed")
+LOAD_OUTCOMES = ("loaded", "already_loaded", "failed", "backoff")  # backoff: refused, a recent load failed
 
 
 class AdapterMetrics:
@@ -53,7 +53,8 @@ class AdapterMetrics:
         )
         self.loads = Counter(
             "llmgw_adapter_loads",
-            "On-demand loads of an adapter on a replica (/v1/load_lora_adapter), by outcome",
+            "On-demand loads of an adapter on a replica (/v1/load_lora_adapter), by outcome (backoff: "
+            "refused without a load while a recent failure is remembered)",
             ["pool", "adapter", "outcome"],
             registry=registry,
         )

@@ -7,6 +7,11 @@ replica was faster, or the engine started with it) counts as success. The gatewa
 vLLM's LRU decides which adapters sit in its `--max-loras` slots. A failed load is a 502 naming the
 adapter (the replica is not blamed: its breaker sees nothing). The load is a control call through the
 replica's transport (gateway.upstream.transport), never retried.
+
+A failed load is remembered per replica and adapter (negative caching): for `lora.load_backoff_s`,
+doubling per further failure up to `load_backoff_max_s`, requests for it there get the same 502 at once
+(`llmgw_adapter_loads_total{outcome="backoff"}`) instead of another load, so an adapter that cannot
+load costs one attempt per replica per backoff period, not one per request. A success clears it.
 """
 
 from __future__ import annotations
@@ -36,6 +41,9 @@ class AdapterLoader:
         self._transports = transports
         self._metrics = metrics
         self._loading: dict[tuple[int, str], asyncio.Future[None]] = {}
+        # (replica, adapter) -> (loop time until which loads are not tried, failures in a row, the 502).
+        # Bounded: replicas x the policy's adapters.
+        self._failed: dict[tuple[int, str], tuple[float, int, UpstreamError]] = {}
 
     async def ensure(self, pool: PoolClient, replica: Replica, adapter: Adapter) -> None:
         """Return once `replica` serves `adapter` (loading it if the pool loads at run time)."""
@@ -43,24 +51,39 @@ class AdapterLoader:
         if lora is None or not lora.runtime_loading or state is None or adapter.name in state.registered:
             return
         key = (id(replica), adapter.name)
+        loop = asyncio.get_running_loop()
+        backoff = self._failed.get(key)
+        if backoff is not None and loop.time() < backoff[0]:
+            self._count(pool.config.name, adapter.name, "backoff")
+            raise backoff[2]
         pending = self._loading.get(key)
         if pending is None:
-            pending = asyncio.get_running_loop().create_future()
+            pending = loop.create_future()
             self._loading[key] = pending
             try:
                 await self._load(pool, replica, adapter)
             except BaseException as exc:
                 # Every waiter sees the same failure; a cancelled loader hands them a retryable 502.
                 failed = exc if isinstance(exc, UpstreamError) else _failed(pool, adapter, "cancelled")
+                if isinstance(exc, UpstreamError):  # the replica answered, or not at all: back off
+                    self._back_off(key, lora.load_backoff_s, lora.load_backoff_max_s, exc, loop.time())
                 pending.set_exception(failed)
                 pending.exception()  # retrieved: no "never retrieved" warning when nobody waits
                 raise
             else:
+                self._failed.pop(key, None)
                 pending.set_result(None)
             finally:
                 del self._loading[key]
             return
         await asyncio.shield(pending)
+
+    def _back_off(
+        self, key: tuple[int, str], base: float, cap: float, err: UpstreamError, now: float
+    ) -> None:
+        failures = self._failed[key][1] + 1 if key in self._failed else 1
+        wait = min(cap, base * 2 ** min(failures - 1, 30))
+        self._failed[key] = (now + wait, failures, err)
 
     async def _load(self, pool: PoolClient, replica: Replica, adapter: Adapter) -> None:
         cfg = pool.config

@@ -158,3 +158,21 @@ def test_bad_adapters_are_refused_in_the_openai_shape(stack: LoraStack) -> None:
     # A refused name is never a label value (`finance` has its series on its own pool only).
     assert 'adapter="nope"' not in text and 'adapter="finance",pool="base"' not in text
     assert metric(text, "llmgw_adapter_loads_total", 'adapter="missing",outcome="failed"') >= 1
+
+
+def test_a_failing_load_is_tried_once_per_replica_per_backoff_period(stack: LoraStack) -> None:
+    """Issue 39: 100 requests for an adapter that cannot load made 46 load attempts. With the failure
+    remembered per replica (5 s backoff by default), 40 requests in a second cost at most one attempt per
+    replica, and every one still gets the 502 naming the adapter."""
+    client = stack.client()
+    before = metric(stack.metrics(), "llmgw_adapter_loads_total", 'adapter="missing",outcome="failed"')
+    for _ in range(40):
+        with pytest.raises(openai.APIStatusError) as failed:
+            _complete(client, "tiny:missing")
+        assert failed.value.status_code == 502 and failed.value.code == "adapter_load_failed"
+    text = stack.metrics()
+    attempts = metric(text, "llmgw_adapter_loads_total", 'adapter="missing",outcome="failed"') - before
+    assert attempts <= len(stack.sims), attempts
+    assert metric(text, "llmgw_adapter_loads_total", 'adapter="missing",outcome="backoff"') >= 40 - len(
+        stack.sims
+    )
