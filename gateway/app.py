@@ -32,6 +32,7 @@ from gateway.errors import (
 from gateway.observability.feedback_shared import SharedFeedback
 from gateway.observability.metrics import Metrics
 from gateway.observability.observer import Observer
+from gateway.observability.redis_room import RedisRoom
 from gateway.observability.request_log import RequestLog, request_logger
 from gateway.observability.tracing import TraceHooks
 from gateway.parts import build as build_components
@@ -75,7 +76,15 @@ class GatewayApp:
         # Routed aliases load their router models here, before serving: a missing or corrupt artifact
         # stops start-up with the reason (ConfigError), unless the policy configures a fallback.
         self.routed = build_routed(policy, logging.getLogger("llmgw.router"))
-        self.cache = build_cache(policy, settings, self.parts.metrics, self.routed)
+        # Room in the shared Redis for state that grows with traffic (the limiter's headroom kept).
+        self.room = (
+            RedisRoom(self.parts.redis, self.parts.metrics.registry, policy.limits.growth_max_memory_ratio)
+            if self.parts.redis is not None
+            else None
+        )
+        self.cache = build_cache(
+            policy, settings, self.parts.metrics, self.routed, room=self._has_room if self.room else None
+        )
         # Goodput, cost and the feedback store: built here because the feedback route needs them.
         reqlog = RequestLog(request_logger(), settings.request_log_text) if settings.request_log else None
         if tracing is None and settings.tracing:
@@ -100,7 +109,8 @@ class GatewayApp:
                     self.parts.redis,
                     settings.feedback_ttl_s,
                     self.parts.metrics.registry,
-                    policy.limits.key_prefix,
+                    f"{policy.limits.key_prefix}:",  # the one prefix every gateway key starts with
+                    room=self._has_room,
                 )
             )
         self.api = build_api(self)
@@ -110,6 +120,8 @@ class GatewayApp:
         parts = self.parts
         upstream = await UpstreamClients.start(self.policy, self.settings, parts.metrics, self.transport)
         await parts.start()
+        if self.room is not None:
+            self.room.start()
         await self.observer.feedback.start()
         if self.cache is not None:
             await self.cache.start()
@@ -163,6 +175,9 @@ class GatewayApp:
             await upstream.close()
             await self._close()
 
+    def _has_room(self) -> bool:
+        return self.room is not None and self.room.room
+
     def _drift_canary(self, upstream: UpstreamClients) -> DriftCanary | None:
         """The opt-in drift canary (policy `drift`), on its own PoolCalls over the shared clients."""
         if self.policy.drift is None:
@@ -176,6 +191,8 @@ class GatewayApp:
         if self.cache is not None:
             await self.cache.close()
         await self.observer.feedback.close()
+        if self.room is not None:
+            await self.room.close()
         await self.parts.close()
         provider = getattr(self.tracing, "provider", None)  # gateway.observability.otel.Tracing's SDK
         if provider is not None:

@@ -205,6 +205,14 @@ class LimitsConfig(_Frozen):
     pools: dict[str, LevelLimits] = {}
     tiers: dict[str, TierLimits] = {"standard": TierLimits()}
     key_prefix: str = Field("llmgw", pattern=r"^[A-Za-z0-9_.-]{1,32}$", description="Redis key prefix")
+    growth_max_memory_ratio: float = Field(
+        0.7,
+        gt=0,
+        le=1,
+        description="state that grows with traffic (feedback records, cached answers) is written to the "
+        "shared Redis only while its used_memory is under this share of maxmemory; the rest is the "
+        "limiter's headroom (gateway/observability/redis_room.py)",
+    )
     speculative: SpeculativeAdmission = SpeculativeAdmission()
 
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)

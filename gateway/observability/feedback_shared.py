@@ -5,7 +5,8 @@ appends the raw fields to a bounded in-process buffer (~0.5 µs; hashing and enc
 flusher), and a background task flushes it every `Flushing.interval_s` (or as soon as `batch`
 records wait) as one pipeline of `SET key value EX ttl`.
 Redis down or slow: the batch is dropped and counted (`llmgw_feedback_flush_errors_total`,
-`llmgw_feedback_dropped_records_total`); a full buffer drops new records the same way. Requests never
+`llmgw_feedback_dropped_records_total`); a full buffer drops new records the same way, and so does
+Redis short of room for growth (gateway.observability.redis_room: the limiter's headroom). Requests never
 fail or block because of this; those answers can then only be rated on the replica that served them.
 
 Keys hash (org, request id) (sha256, truncated): request ids are client-controlled and must not
@@ -20,6 +21,7 @@ import hashlib
 import logging
 import struct
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import redis.asyncio as aioredis
@@ -97,8 +99,10 @@ class SharedFeedback:
         registry: CollectorRegistry,
         key_prefix: str = "llmgw:",
         flushing: Flushing = _DEFAULT,
+        room: Callable[[], bool] = lambda: True,
     ) -> None:
         self._redis = client
+        self._room = room  # whether Redis has room for growth (gateway.observability.redis_room)
         self._ttl = max(1, int(ttl_s))
         self._prefix = key_prefix
         self._interval = flushing.interval_s
@@ -115,7 +119,7 @@ class SharedFeedback:
         )
         self.dropped = Counter(
             "llmgw_feedback_dropped_records",
-            "Delivered-answer records not shared (Redis failing or the buffer full)",
+            "Delivered-answer records not shared (Redis failing, short of room, or the buffer full)",
             registry=registry,
         )
 
@@ -158,6 +162,11 @@ class SharedFeedback:
         buf = self._buffer
         while buf:
             n = min(len(buf), self._batch)
+            if not self._room():  # Redis is short of memory: the rest is the limiter's
+                for _ in range(n):
+                    buf.popleft()
+                self.dropped.inc(n)
+                continue
             pipe = self._redis.pipeline(transaction=False)
             for _ in range(n):
                 org, request_id, pool, at, extra = buf.popleft()

@@ -85,8 +85,16 @@ class CacheBackends:
 
 class ResponseCache:
     def __init__(
-        self, policy: Policy, backends: CacheBackends, metrics: Metrics, *, log: logging.Logger | None = None
+        self,
+        policy: Policy,
+        backends: CacheBackends,
+        metrics: Metrics,
+        *,
+        log: logging.Logger | None = None,
+        room: Callable[[], bool] | None = None,
     ) -> None:
+        # Whether the shared Redis has room for more answers (None: the memory backend, bounded itself).
+        self._room = room
         self._closers = backends.closers
         self._store = backends.store
         self._metrics = metrics
@@ -249,6 +257,9 @@ class ResponseCache:
         """Store an answer in the background (the client already has it)."""
         if len(entry) > self._max_entry:
             return
+        if self._room is not None and not self._room():  # Redis short of memory: the limiter's headroom
+            self._metrics.cache_errors.labels("no_room").inc()
+            return
         if len(self._pending) >= _MAX_PENDING_WRITES:
             self._metrics.cache_errors.labels("write_backlog").inc()
             return
@@ -291,7 +302,11 @@ class ResponseCache:
 
 
 def build_cache(
-    policy: Policy, settings: Settings, metrics: Metrics, routed: Mapping[str, RoutedAlias]
+    policy: Policy,
+    settings: Settings,
+    metrics: Metrics,
+    routed: Mapping[str, RoutedAlias],
+    room: Callable[[], bool] | None = None,
 ) -> ResponseCache | None:
     """The cache of the policy's aliases, or None when no alias has a `cache` block."""
     if not any(m.cache is not None for m in policy.models):
@@ -338,7 +353,7 @@ def build_cache(
         except (OSError, RouterArtifactError) as exc:
             log.warning("semantic cache: the encoder cannot be loaded (%s)", exc)
     backends = CacheBackends(store, index=index, embedder=embedder, closers=tuple(closers))
-    return ResponseCache(policy, backends, metrics, log=log)
+    return ResponseCache(policy, backends, metrics, log=log, room=room if client is not None else None)
 
 
 def _scope(cfg: ModelCache, tenant: Tenant) -> str:
