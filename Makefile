@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 PORT   ?= 8080
 FUZZ_EXAMPLES ?= 200
 
-.PHONY: bench-instructions install run test test-lane-e2e test-lane-waits test-lane-checks test-lane-alone check lint typecheck unit integration e2e conformance vllm tiny-model fuzz bench-overhead bench-observe bench-pools router-encoder bench-router k8s-tools helm-check redis-stack bench-cache semantic-threshold peers-tools bench-peers bench-knee bench-capacity bench-soak bench-spec bench-lora lock clean
+.PHONY: bench-instructions bench-redis-fill install run test test-lane-e2e test-lane-waits test-lane-checks test-lane-alone check lint typecheck unit integration e2e conformance vllm tiny-model fuzz bench-overhead bench-observe bench-pools router-encoder bench-router k8s-tools helm-check redis-stack bench-cache semantic-threshold peers-tools bench-peers bench-knee bench-capacity bench-soak bench-spec bench-lora lock clean
 
 $(STAMP): pyproject.toml constraints/gateway.txt eval/routing/export_encoder.py eval/routing/encoder_delta.py eval/routing/deltas/minilm-l3-gain.npz
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) on PATH"; exit 1; }
@@ -43,14 +43,14 @@ test: $(STAMP) k8s-tools redis-stack tiny-model
 
 # The lanes of `make test` (each expects the tools installed and `layers start` run). Three side by side
 # on two cores: `waits` is mostly waiting (Redis stopped or frozen for seconds, fault timers), so it
-# costs the other two little; conformance runs alone after them (two vLLM servers, a core each).
+# costs the other two little. Then alone: integration (drain and failover timings) and conformance (two
+# vLLM servers, a core each).
 E2E_WAITS := tests/e2e/limits/test_redis_faults.py tests/e2e/limits/test_redis_outage.py \
 	tests/e2e/limits/test_key_store_faults.py
 test-lane-e2e:
 	$(LAYER) e2e --pytest -- $(PYTEST) tests/e2e --ignore=tests/e2e/security $(E2E_WAITS:%=--ignore=%)
 test-lane-waits:
 	$(LAYER) e2e-faults --pytest --buffer -- $(PYTEST) $(E2E_WAITS)
-	$(LAYER) integration --pytest --buffer -- $(PYTEST) tests/integration
 	$(LAYER) security/chart --pytest --buffer -- $(PYTEST) tests/e2e/security tests/chart
 test-lane-checks:
 	$(LAYER) lint+types --buffer -- $(MAKE) --no-print-directory check
@@ -58,6 +58,7 @@ test-lane-checks:
 	$(LAYER) helm-check --buffer -- $(MAKE) --no-print-directory helm-check
 	$(LAYER) fuzz --buffer -- $(MAKE) --no-print-directory fuzz FUZZ_EXAMPLES=$(FUZZ_EXAMPLES)
 test-lane-alone:
+	$(LAYER) integration --pytest -- $(PYTEST) tests/integration
 	$(LAYER) conformance --pytest -- $(PYTEST) tests/conformance
 
 check: lint typecheck
@@ -110,6 +111,11 @@ bench-overhead: $(STAMP)
 
 ## bench-instructions: instructions (callgrind) and system calls (strace) per request of the gateway, counted
 ## not timed, unary and stream; BENCH_ARGS="--before CHECKOUT" compares another checkout (needs valgrind, strace)
+# Routed traffic with feedback into a Redis with a small maxmemory until it stops growing: no OOM for the
+# limiter, budgets held, keys still created (issue 39). BENCH_ARGS: e.g. --ratio 1.0 (no room check).
+bench-redis-fill: $(STAMP)
+	$(BIN)/python -m eval.bench.redis_fill $(BENCH_ARGS)
+
 bench-instructions: $(STAMP)
 	@command -v valgrind >/dev/null 2>&1 || { echo "bench-instructions needs valgrind and strace (apt-get install -y valgrind strace)"; exit 1; }
 	$(BIN)/python -m eval.bench.overhead.instructions --syscalls $(BENCH_ARGS)

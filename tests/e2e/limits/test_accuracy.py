@@ -46,8 +46,9 @@ SUB_WINDOW_S = 1.0  # 12 sub-windows: the "minute" is 12 s, so the load spans ~5
 SUB_WINDOWS = 12
 MAX_TOKENS = 24
 RETRY_CAP_S = 0.5  # clients honour retry-after, but never sleep longer than this
-# Calibrated on the 2-core CI box: unlimited, the 200 clients settle roughly 3x this per 12 s window.
-BUDGET = int(os.environ.get("LLMGW_E2E_BUDGET", "200000"))
+# Calibrated on the 2-core CI box: unlimited, the 200 clients settle 1.8x this per 12 s window with
+# every other lane of `make test` and a benchmark running beside them, ~5x alone.
+BUDGET = int(os.environ.get("LLMGW_E2E_BUDGET", "100000"))
 ORG = "acme"
 
 
