@@ -75,6 +75,17 @@ class Memory(_Frozen):
         gt=0,
         description="weight of the memory = n_eff / (n_eff + blend_c), n_eff the summed similarity",
     )
+    feedback: Literal["org", "shared"] = Field(
+        "org",
+        description="org: a tenant org's ratings (POST /v1/feedback) teach only that org's own memory, "
+        "blended after the shared one for its requests alone; shared: they teach the alias's memory, "
+        "which every org's routing reads (opt in only when the orgs trust each other). Exploration and "
+        "cascade outcomes, judged by the gateway, always teach the shared memory",
+    )
+    org_capacity: int = Field(256, ge=1, le=50_000, description="outcomes kept per org (feedback: org)")
+    max_orgs: int = Field(
+        256, ge=1, description="org memories kept per replica (least recently used dropped first)"
+    )
 
 
 class Difficulty(_Frozen):

@@ -258,7 +258,7 @@ class Relay:
         outcome = decode_outcome(d.extra) if d.extra else None
         learning = self._routes.learning(outcome.alias) if outcome is not None else None
         if outcome is not None and learning is not None:
-            learning.rated(outcome, accepted)
+            learning.rated(outcome, accepted, org)
 
     def learnings(self) -> dict[str, Learning]:
         """Every routed alias that learns, by name (for sharing outcomes between replicas)."""
@@ -341,7 +341,10 @@ class Relay:
             return route
         x = req.http
         with self._trace.span("routing"):
-            decided = req.decided = await self._routes.decide(x.kind, ask.alias, ask.body, x.headers, pools)
+            org = req.who.tenant.org if req.who is not None else ""
+            decided = req.decided = await self._routes.decide(
+                x.kind, ask.alias, ask.body, x.headers, pools, org
+            )
         route = req.route = decided.first
         obs = req.obs
         if obs is not None and obs.notes is not None:

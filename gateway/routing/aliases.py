@@ -94,8 +94,10 @@ class RoutedAlias:
         risk: Sequence[str],
         streaming: bool,
         allowed: frozenset[int] | None = None,
+        org: str = "",
     ) -> Planned:
-        """The plan; `allowed`: the tiers the caller's key may use (None: all; never empty)."""
+        """The plan; `allowed`: the tiers the caller's key may use (None: all; never empty); `org`: the
+        caller's, whose own ratings the memory blends in (gateway.routing.learning)."""
         text = request_text(messages if isinstance(messages, list) else [])
         model, learning = self.difficulty, self.learning
         difficulty: float | None = None
@@ -103,7 +105,7 @@ class RoutedAlias:
         if model is not None:
             if learning is not None and learning.memory is not None:
                 prior, embedding = await model.assess(text)
-                difficulty = learning.difficulty(prior, embedding)
+                difficulty = learning.difficulty(prior, embedding, org)
             else:
                 difficulty = await model.score(text)
         thresholds = self.thresholds

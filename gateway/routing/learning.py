@@ -13,6 +13,14 @@ the background (gateway.routing.explorer) or when feedback arrives.
 Outcomes reach the memory of the replica that judged them (exploration, cascade steps) or that accepted
 the feedback, whichever replica served the request (gateway.observability.feedback_shared carries the
 embedding as the delivery's `extra`).
+
+Whose routing an outcome changes (issue 39: one org's 1,000 ratings moved another org's prompt from
+`small` to `large`): outcomes the gateway judged (exploration, cascades) teach the alias's shared
+memory. Ratings are the client's word, so by default (`memory.feedback: org`) an org's ratings teach
+only that org's own memory (at most `org_capacity` outcomes, `max_orgs` orgs kept, least recently
+used dropped), which is blended after the shared one for that org's requests alone. A flood of
+ratings then moves only the flooding org's routing; feedback also spends the key's request rate.
+`memory.feedback: shared` is the opt-in for orgs that trust each other.
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ import math
 import random
 import struct
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -94,6 +103,11 @@ class Learning:
         self.explore = explore
         self.dim = dim
         self.memory = OutcomeMemory(dim, memory.capacity, memory.k) if memory is not None and dim else None
+        self._org_scope = memory is not None and memory.feedback == "org"
+        self._org_capacity = memory.org_capacity if memory is not None else 0
+        self._max_orgs = memory.max_orgs if memory is not None else 0
+        self._k = memory.k if memory is not None else 1
+        self._orgs: OrderedDict[str, OutcomeMemory] = OrderedDict()  # org -> its ratings (feedback: org)
         self._blend = BlendParams(memory.blend_c) if memory is not None else BlendParams()
         self._window = EstimateWindow(explore.window_s) if explore is not None else None
         self._rng = rng or random.Random()
@@ -104,20 +118,26 @@ class Learning:
             s: metrics.router_memory_learnt.labels(alias, s)
             for s in ("explore", "cascade", "feedback", "shared")
         }
-        # Set once at start-up when outcomes are shared between replicas (gateway.routing.outcome_share).
-        self.share: Callable[[str, F32, float], None] | None = None
+        # Set once at start-up when outcomes are shared between replicas (gateway.routing.outcome_share):
+        # (alias, embedding, needs_strong, org; "" for the shared memory).
+        self.share: Callable[[str, F32, float, str], None] | None = None
         if self.memory is not None:
             mem = self.memory
             metrics.router_memory_outcomes.labels(alias).set_function(lambda: float(len(mem)))
         if self._window is not None:
             self._export_estimate(metrics)
 
-    def difficulty(self, prior: float, embedding: F32) -> float:
-        """The difficulty the policy routes by: the prior alone until the memory has neighbours."""
+    def difficulty(self, prior: float, embedding: F32, org: str = "") -> float:
+        """The difficulty the policy routes by: the prior alone until the memory has neighbours, then
+        blended with the shared memory's, then with `org`'s own (its ratings) when it has any."""
         mem = self.memory
-        if mem is None or len(mem) == 0:
+        if mem is None:
             return prior
-        return blend(prior, mem.neighbourhood(embedding), self._blend)
+        d = blend(prior, mem.neighbourhood(embedding), self._blend) if len(mem) else prior
+        own = self._orgs.get(org) if self._orgs else None
+        if own is not None and len(own):
+            d = blend(d, own.neighbourhood(embedding), self._blend)
+        return d
 
     def explores(self, first_tier: int) -> bool:
         """Whether a request started at `first_tier` is explored: cheap-routed, drawn at `rate`, and a
@@ -142,24 +162,48 @@ class Learning:
         self.memory.add(embedding, 1.0 - verdict)
         self._learnt[source].inc()
         if self.share is not None:
-            self.share(self.alias, embedding, 1.0 - verdict)
+            self.share(self.alias, embedding, 1.0 - verdict, "")
 
-    def shared(self, embedding: F32, needs_strong: float) -> None:
-        """An outcome another replica learnt (read back from Redis: checked, never trusted)."""
+    def _org_memory(self, org: str) -> OutcomeMemory:
+        own = self._orgs.get(org)
+        if own is None:
+            own = self._orgs[org] = OutcomeMemory(self.dim, self._org_capacity, self._k)
+            if len(self._orgs) > self._max_orgs:
+                self._orgs.popitem(last=False)
+        else:
+            self._orgs.move_to_end(org)
+        return own
+
+    def shared(self, embedding: F32, needs_strong: float, org: str = "") -> None:
+        """An outcome another replica learnt (read back from Redis: checked, never trusted); `org`: one
+        org's rating (feedback: org), else the shared memory's."""
         mem = self.memory
         if mem is None:
             return
+        if org and self._org_scope:
+            mem = self._org_memory(org)
         try:
             mem.add(embedding, needs_strong)  # refuses a label outside [0, 1], a wrong size, NaN, zeros
         except ValueError:
             return
         self._learnt["shared"].inc()
 
-    def rated(self, outcome: Outcome, accepted: bool) -> None:
-        """Feedback on a delivered answer: on a cheap tier, usable = good enough, rejected = needed the
-        strong tier. A strong-tier answer's rating says nothing about the cheap tier: not learnt."""
-        if outcome.tier < self.strong_tier and outcome.embedding.shape[0] == self.dim:
+    def rated(self, outcome: Outcome, accepted: bool, org: str) -> None:
+        """`org`'s feedback on a delivered answer: on a cheap tier, usable = good enough, rejected =
+        needed the strong tier. A strong-tier answer's rating says nothing about the cheap tier: not
+        learnt. With `feedback: org` it teaches `org`'s own memory only."""
+        if outcome.tier >= self.strong_tier or outcome.embedding.shape[0] != self.dim:
+            return
+        if not self._org_scope:
             self.learn(outcome.embedding, 1.0 if accepted else 0.0, "feedback")
+            return
+        if self.memory is None:
+            return
+        needs_strong = 0.0 if accepted else 1.0
+        self._org_memory(org).add(outcome.embedding, needs_strong)
+        self._learnt["feedback"].inc()
+        if self.share is not None:
+            self.share(self.alias, outcome.embedding, needs_strong, org)
 
     def sample(self, verdict: float, cheap_cost: float, strong_cost: float) -> None:
         """One exploration sample for the live estimate (a relative judge: the strong answer scores 1)."""

@@ -54,15 +54,15 @@ class SharedOutcomes:
         self._replica = uuid.uuid4().hex[:12].encode()
         self._interval = interval_s
         self._last: dict[str, bytes] = {}  # stream key -> last id read
-        self._buffer: deque[tuple[str, bytes]] = deque(maxlen=10_000)
+        self._buffer: deque[tuple[str, bytes, str]] = deque(maxlen=10_000)
         self._task: asyncio.Task[None] | None = None
         self._errors = metrics.router_outcome_share_errors
         for lr in self._learnings.values():
             lr.share = self.publish
 
-    def publish(self, alias: str, embedding: npt.NDArray[np.float32], needs_strong: float) -> None:
-        """Queue one outcome this replica learnt (no I/O here)."""
-        self._buffer.append((alias, to_record(embedding, needs_strong)))
+    def publish(self, alias: str, embedding: npt.NDArray[np.float32], needs_strong: float, org: str) -> None:
+        """Queue one outcome this replica learnt (no I/O here); `org`: one org's rating ("" shared)."""
+        self._buffer.append((alias, to_record(embedding, needs_strong), org))
 
     async def start(self) -> None:
         if not self._learnings:
@@ -104,12 +104,13 @@ class SharedOutcomes:
         pipe = self._redis.pipeline(transaction=False)
         n = len(buf)
         for _ in range(n):
-            alias, record = buf.popleft()
+            alias, record, org = buf.popleft()
             cap = self._learnings[alias].memory
             assert cap is not None
-            pipe.xadd(
-                self._keys[alias], {b"r": self._replica, b"o": record}, maxlen=cap.capacity, approximate=True
-            )
+            fields: dict[Any, Any] = {b"r": self._replica, b"o": record}
+            if org:
+                fields[b"g"] = org.encode()  # whose rating: it teaches that org's memory only
+            pipe.xadd(self._keys[alias], fields, maxlen=cap.capacity, approximate=True)
         try:
             await pipe.execute()
         except (RedisError, OSError) as e:
@@ -138,9 +139,10 @@ class SharedOutcomes:
                 continue  # learnt here already
             try:
                 emb, label = from_record(fields[b"o"])
+                org = fields.get(b"g", b"").decode()
             except (KeyError, ValueError):
                 continue  # not a record of ours
-            learning.shared(emb, label)
+            learning.shared(emb, label, org)
 
     def _failed(self, what: str, e: BaseException) -> None:
         self._errors.inc()

@@ -179,6 +179,7 @@ class Routes:
         body: dict[str, Any],
         h: RequestHeaders,
         allowed: frozenset[str] = frozenset(),
+        org: str = "",
     ) -> Decided:
         """A routed alias's plan for this request (difficulty off the event loop, then a pure plan),
         over the tiers whose pools the key may use (`allowed`; empty: all)."""
@@ -199,7 +200,7 @@ class Routes:
         stream = bool(body.get("stream"))
         chat = kind is Kind.CHAT
         messages = body.get("messages") if chat else _as_messages(body.get("prompt"))
-        planned = await routed.plan(messages, budget, risk, stream, tiers)
+        planned = await routed.plan(messages, budget, risk, stream, tiers, org)
         plan, difficulty = planned.plan, planned.difficulty
         if not chat:
             plan = _first_tier_only(plan)  # the cascade and its judge read chat answers

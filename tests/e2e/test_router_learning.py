@@ -8,7 +8,8 @@ redis-server, two simulators replaying a small dataset (a cheap and a strong mod
   The agreement judge's verdicts teach the outcome memory: a near-identical prompt of one the cheap
   model got wrong then scores a higher `x-llmgw-difficulty` and is routed to the strong pool.
 - Feedback: an answer served by replica 0 is rated on replica 1 (shared through Redis), and replica
-  1's memory learns from it (`auto-fb`, no exploration): there too the near-identical prompt moves up.
+  1's memory learns from it (`auto-fb`, no exploration): there too the near-identical prompt moves up,
+  for the rating org only: another org's routing of it stays on the prior (`memory.feedback: org`).
 - Sharing: what one replica learns reaches the other through the alias's outcome stream, a new
   replica starts with the deployment's outcomes, and a replica that routed nothing has the live cut of
   the other's traffic (calibration sketches merged through Redis).
@@ -63,6 +64,7 @@ CLIENT_RPM = 100
 class Learning:
     urls: tuple[str, str]
     key: str
+    other_key: str  # another org's (feedback teaches each org's own memory by default)
     strong_sim: str
     prior: dict[str, float]  # the router model's difficulty of each prompt (no memory)
     policy: Path
@@ -76,7 +78,7 @@ def _llmgw(*args: str) -> None:
     assert proc.returncode == 0, proc.stderr[-2000:]
 
 
-def _policy(sims: dict[str, str], cut: float, key: str) -> str:
+def _policy(sims: dict[str, str], cut: float, key: str, other: str) -> str:
     pools = "\n".join(
         f'  - {{name: {name}, model: {name}, endpoints: {{static: ["{url}"]}}, '
         f"price: {{input_per_mtok: {price}, output_per_mtok: {price}}}}}"
@@ -110,6 +112,7 @@ limits:
 tenancy:
   keys:
     - {{id: learner, sha256: {hash_key(key)}, org: acme, app: learning, tier: standard}}
+    - {{id: bystander, sha256: {hash_key(other)}, org: globex, app: learning, tier: standard}}
 """
 
 
@@ -129,7 +132,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Learning]:
     # near twin) cheap, and only what the memory learnt can move it over.
     cut = round(max(prior["wrong"], prior["near"]) + 0.03, 6)
     assert all(p < cut for p in prior.values()), prior  # every prompt starts cheap on the prior alone
-    key = generate_key()
+    key, other = generate_key(), generate_key()
     with Stack(tmp) as s:
         redis = s.redis(any_kind=True)
         sims = {}
@@ -137,19 +140,21 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Learning]:
             extra = ("--profile", "instant", "--replay", str(data), "--replay-model", name)
             sims[name] = s.sim(name, *extra).url
         policy = tmp / "policy.yaml"
-        policy.write_text(_policy(sims, cut, key))
+        policy.write_text(_policy(sims, cut, key, other))
         env = {"LLMGW_REDIS_URL": redis.url}
         gws = [s.gateway(policy, env=env, name=f"gw-{i}", ready=False) for i in range(2)]
         s.ready()  # the two replicas boot side by side
-        yield Learning((gws[0].url, gws[1].url), key, sims[STRONG], prior, policy, redis.url)
+        yield Learning((gws[0].url, gws[1].url), key, other, sims[STRONG], prior, policy, redis.url)
 
 
 def _ask(s: Learning, replica: int, model: str, prompt: str) -> tuple[str, dict[str, str], str]:
     return _client_ask(s, s.urls[replica], model, prompt)
 
 
-def _client_ask(s: Learning, url: str, model: str, prompt: str) -> tuple[str, dict[str, str], str]:
-    client = openai.OpenAI(base_url=f"{url}/v1", api_key=s.key, max_retries=0)
+def _client_ask(
+    s: Learning, url: str, model: str, prompt: str, key: str | None = None
+) -> tuple[str, dict[str, str], str]:
+    client = openai.OpenAI(base_url=f"{url}/v1", api_key=key or s.key, max_retries=0)
     raw = client.chat.completions.with_raw_response.create(
         model=model, messages=[{"role": "user", "content": prompt}], max_tokens=8, temperature=0
     )
@@ -241,6 +246,12 @@ def test_feedback_posted_to_another_replica_teaches_that_replica(stack: Learning
     assert _wait(stack.urls[0], learnt, 'model="auto-fb",source="shared"', 4) == 4
     _, headers, _ = _ask(stack, 0, "auto-fb", NEAR)
     assert headers["x-llmgw-tier"] == STRONG
+    # The ratings were acme's: another org's routing of the same prompt is untouched, on both replicas
+    # (issue 39: one org's ratings moved another org's prompt from the cheap to the strong pool).
+    for url in stack.urls:
+        _, headers, _ = _client_ask(stack, url, "auto-fb", NEAR, key=stack.other_key)
+        assert headers["x-llmgw-tier"] == CHEAP
+        assert float(headers["x-llmgw-difficulty"]) == pytest.approx(stack.prior["near"], abs=1e-3)
 
 
 def test_a_new_replica_starts_with_what_the_deployment_learnt(stack: Learning, tmp_path: Path) -> None:
@@ -250,9 +261,14 @@ def test_a_new_replica_starts_with_what_the_deployment_learnt(stack: Learning, t
         url = procs.gateway(stack.policy, env={"LLMGW_REDIS_URL": stack.redis}, name="gw-new").url
         text = _metrics(url)
         assert metric(text, "llmgw_router_memory_outcomes", 'model="auto"') == 5  # read at start-up
-        assert metric(text, "llmgw_router_memory_outcomes", 'model="auto-fb"') == 4
+        # acme's ratings are acme's memory's, not the alias's shared one; read at start-up all the same.
+        assert metric(text, "llmgw_router_memory_outcomes", 'model="auto-fb"') == 0
         _, headers, _ = _client_ask(stack, url, "auto", NEAR)
         assert headers["x-llmgw-tier"] == STRONG
+        _, headers, _ = _client_ask(stack, url, "auto-fb", NEAR)
+        assert headers["x-llmgw-tier"] == STRONG
+        _, headers, _ = _client_ask(stack, url, "auto-fb", NEAR, key=stack.other_key)
+        assert headers["x-llmgw-tier"] == CHEAP
 
 
 def test_an_idle_replica_routes_by_the_deployments_live_cut(stack: Learning) -> None:

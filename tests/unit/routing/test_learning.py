@@ -24,14 +24,15 @@ def _emb(seed: int) -> np.ndarray:
 
 
 def _learning(
-    rate: float = 0.5, memory: bool = True, **explore: object
+    rate: float = 0.5, memory: bool = True, feedback: str = "shared", **explore: object
 ) -> tuple[Learning, Metrics, list[float]]:
     metrics = Metrics(default_policy())
     now = [0.0]
+    mem = {"capacity": 100, "k": 8, "blend_c": 1.0, "feedback": feedback, "max_orgs": 3}
     policy = RoutingPolicy.model_validate(
         {
             "tiers": [{"pool": "small"}, {"pool": "large"}],
-            "difficulty": {"memory": {"capacity": 100, "k": 8, "blend_c": 1.0} if memory else None},
+            "difficulty": {"memory": mem if memory else None},
             "explore": {"rate": rate, "tier": "standard", "window_s": 60, **explore},
         }
     )
@@ -76,13 +77,46 @@ def test_a_busy_alias_skips_exploration_and_counts_it() -> None:
 def test_feedback_teaches_only_ratings_of_cheap_answers() -> None:
     learning, _, _ = _learning()
     assert learning.memory is not None
-    learning.rated(Outcome("auto", 1, _emb(3)), accepted=False)  # a strong answer: nothing about cheap
+    learning.rated(Outcome("auto", 1, _emb(3)), False, "acme")  # a strong answer: nothing about cheap
     assert len(learning.memory) == 0
-    learning.rated(Outcome("auto", 0, _emb(3)), accepted=False)
-    learning.rated(Outcome("auto", 0, np.ones(DIM + 1, dtype=np.float32)), accepted=True)  # wrong dim
+    learning.rated(Outcome("auto", 0, _emb(3)), False, "acme")
+    learning.rated(Outcome("auto", 0, np.ones(DIM + 1, dtype=np.float32)), True, "acme")  # wrong dim
     assert len(learning.memory) == 1
     hood = learning.memory.neighbourhood(_emb(3))
     assert hood is not None and hood.labels[0] == 1.0  # rejected cheap answer = needed the strong tier
+
+
+def test_by_default_an_orgs_ratings_move_only_its_own_routing() -> None:
+    """Issue 39: one org's 1,000 rejections must not change another org's difficulty."""
+    learning, _, _ = _learning(feedback="org")
+    e = _emb(4)
+    for i in range(20):  # the shared memory, from the gateway's own judgements
+        learning.learn(_emb(300 + i), 1.0, "explore")
+    other_before = learning.difficulty(0.4, e, "globex")
+    for i in range(500):  # prompts like `e` rejected, others accepted: 1,000 ratings
+        learning.rated(Outcome("auto", 0, e + 0.01 * _emb(500 + i % 50)), False, "mallory")
+        learning.rated(Outcome("auto", 0, _emb(600 + i % 50)), True, "mallory")
+    assert learning.difficulty(0.4, e, "globex") == other_before  # untouched
+    assert learning.difficulty(0.4, e, "") == other_before  # and the shared memory too
+    assert learning.difficulty(0.4, e, "mallory") > other_before + 0.1  # its own routing moved
+    # A rating shared from another replica lands in the org's memory as well, never the shared one.
+    assert learning.memory is not None and len(learning.memory) == 20
+    learning.shared(_emb(7), 1.0, "initech")
+    assert len(learning.memory) == 20
+    # At most `max_orgs` org memories are kept (least recently used dropped).
+    for org in ("a", "b", "c"):
+        learning.rated(Outcome("auto", 0, e), False, org)
+    assert learning.difficulty(0.4, e, "mallory") == other_before
+
+
+def test_shared_feedback_is_the_opt_in() -> None:
+    learning, _, _ = _learning(feedback="shared")
+    e = _emb(5)
+    before = learning.difficulty(0.4, e, "globex")
+    for i in range(50):
+        learning.rated(Outcome("auto", 0, e), False, "mallory")
+        learning.rated(Outcome("auto", 0, _emb(700 + i)), True, "mallory")
+    assert learning.difficulty(0.4, e, "globex") > before
 
 
 def test_the_live_estimate_gauges_follow_the_samples_of_the_window() -> None:
