@@ -8,6 +8,7 @@ variable that holds its key (`api_key_env`).
 
 from __future__ import annotations
 
+import ipaddress
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -86,6 +87,35 @@ class SemanticCache(_Frozen):
     ttl_s: float = Field(3600.0, gt=0, description="how long a semantic entry may answer")
 
 
+# Where a pool must never be sent to fetch an image: link-local (cloud metadata at 169.254.169.254),
+# loopback, private and shared address space, multicast, unspecified; IPv6 equivalents.
+DEFAULT_BLOCKED_NETWORKS = (
+    "0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16", "172.16.0.0/12",
+    "192.0.0.0/24", "192.168.0.0/16", "198.18.0.0/15", "224.0.0.0/4", "240.0.0.0/4",
+    "::/128", "::1/128", "fc00::/7", "fe80::/10", "ff00::/8",
+)  # fmt: skip
+
+
+class ImageUrls(_Frozen):
+    """Image URLs in a request's content parts reach the pool, which fetches them from its own network:
+    a client could make it fetch cloud metadata or internal services (SSRF). docs/design/025."""
+
+    mode: Literal["allow", "https_only", "deny"] = Field(
+        "https_only",
+        description="allow: http(s) and data: URLs; https_only: https and data: URLs; deny: no image parts. "
+        "In every mode but deny, URLs naming a blocked network or a local host name are refused (400)",
+    )
+    blocked_networks: tuple[str, ...] = Field(
+        DEFAULT_BLOCKED_NETWORKS, description="IP networks an image URL must not name (literal addresses)"
+    )
+
+    @model_validator(mode="after")
+    def _networks_parse(self) -> ImageUrls:
+        for net in self.blocked_networks:
+            ipaddress.ip_network(net, strict=False)  # a ValueError names the bad one
+        return self
+
+
 class ModelCache(_Frozen):
     """Response caching of one alias; without this block the alias is never cached."""
 
@@ -124,6 +154,7 @@ class Model(_Frozen):
     route: Route
     cache: ModelCache | None = Field(None, description="response caching (absent: never cached)")
     max_tokens: OutputTokens = OutputTokens()
+    images: ImageUrls = ImageUrls()
     slo_class: str | None = Field(None, description="key of slo_classes used for goodput")
     guardrails: str | None = Field(None, description="guardrail profile (guardrails.profiles) of this alias")
     description: str = ""

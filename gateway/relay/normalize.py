@@ -20,9 +20,10 @@ from typing import Any, NamedTuple
 import orjson
 
 from gateway.budget.estimate import InputSize
-from gateway.config import Model
+from gateway.config import ImageUrls, Model
 from gateway.edge.exchange import Kind
 from gateway.errors import InvalidJSONError, InvalidRequestError
+from gateway.relay.image_urls import check_image_part
 
 # Bounds of the output multipliers (OpenAI's own: `n` 1-128, `best_of` up to 20).
 MAX_N = 128
@@ -78,10 +79,13 @@ def _str_size(s: str) -> tuple[int, int]:
     return b, b - len(s)
 
 
-def _content_size(content: list[Any]) -> tuple[int, int, int]:
-    """(text bytes, extra bytes, fixed tokens) of a message's content parts."""
+def _content_size(
+    content: list[Any], images: ImageUrls | None = None, where: str = ""
+) -> tuple[int, int, int]:
+    """(text bytes, extra bytes, fixed tokens) of a message's content parts; image URLs checked against
+    `images` (None: not checked)."""
     tb = tx = fixed = 0
-    for part in content:
+    for j, part in enumerate(content):
         if isinstance(part, dict):
             text = part.get("text")
             if isinstance(text, str):
@@ -89,6 +93,8 @@ def _content_size(content: list[Any]) -> tuple[int, int, int]:
                 tb, tx = tb + b, tx + x
             else:
                 fixed += _NON_TEXT
+                if images is not None and "image_url" in part:
+                    check_image_part(part, images, f"{where}[{j}]")
         elif isinstance(part, str):
             b, x = _str_size(part)
             tb, tx = tb + b, tx + x
@@ -99,8 +105,9 @@ def _content_size(content: list[Any]) -> tuple[int, int, int]:
     return tb, tx, fixed
 
 
-def _check_messages(messages: Any) -> InputSize:
-    """Validate `messages` and measure them (one pass): the input estimate's raw material."""
+def _check_messages(messages: Any, images: ImageUrls | None = None) -> InputSize:
+    """Validate `messages` and measure them (one pass): the input estimate's raw material; image URLs
+    checked against `images` (None: not checked)."""
     if messages is None:
         raise InvalidRequestError(
             "'messages' is a required property", param="messages", code="missing_required_parameter"
@@ -126,7 +133,7 @@ def _check_messages(messages: Any) -> InputSize:
             b, x = _str_size(content)
             tb, tx = tb + b, tx + x
         elif isinstance(content, list):
-            b, x, f = _content_size(content)
+            b, x, f = _content_size(content, images, f"messages[{i}].content")
             tb, tx, fixed = tb + b, tx + x, fixed + f
         elif content is not None:
             raise InvalidRequestError(
@@ -140,9 +147,9 @@ def _check_messages(messages: Any) -> InputSize:
     return InputSize(tb, tx, fixed)
 
 
-def _chat_size(body: dict[str, Any]) -> InputSize:
+def _chat_size(body: dict[str, Any], images: ImageUrls | None = None) -> InputSize:
     """The messages' size plus the serialized tools, which the chat template renders into the prompt."""
-    size = _check_messages(body.get("messages"))
+    size = _check_messages(body.get("messages"), images)
     tools = body.get("tools")
     if not tools:
         return size
@@ -240,7 +247,7 @@ def prepare(kind: Kind, body: dict[str, Any], model: Model, upstream_model: str)
     the prompt and the output multipliers for the reservation on the way (no second pass)."""
     n, per_prompt = _generated(body)  # validated on every endpoint: a bad `n` is a 400, never a 500
     if kind is Kind.CHAT:
-        prompts, size = 1, _chat_size(body)
+        prompts, size = 1, _chat_size(body, model.images)
     elif kind is Kind.COMPLETIONS:
         prompts, size = _check_prompt(body.get("prompt"), "prompt")
     else:
