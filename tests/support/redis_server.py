@@ -21,12 +21,16 @@ REDIS_STACK_SERVER = ROOT / ".tools" / "bin" / "redis-stack-server"
 
 
 class RedisServer:
-    """Start / kill / restart one redis-server on a fixed port (restart keeps the port, loses the data)."""
+    """Start / kill / restart one redis-server on a fixed port (restart keeps the port; the data too only
+    with `aof`: the append-only file in `workdir`, fsynced every second, as the chart runs Redis)."""
 
-    def __init__(self, workdir: Path, port: int | None = None, *, stack: bool = False) -> None:
+    def __init__(
+        self, workdir: Path, port: int | None = None, *, stack: bool = False, aof: bool = False
+    ) -> None:
         self.workdir = workdir
         self.port = port or free_port()
         self.stack = stack
+        self.aof = aof
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -52,8 +56,7 @@ class RedisServer:
             "127.0.0.1",
             "--save",
             "",
-            "--appendonly",
-            "no",
+            *(("--appendonly", "yes", "--appendfsync", "everysec") if self.aof else ("--appendonly", "no")),
         ]
         # The stack server's log is kept: a module that fails to load (e.g. a missing libssl.so.1.1)
         # only says so there.
@@ -88,6 +91,13 @@ class RedisServer:
         if self.proc is not None:
             self.proc.kill()
             self.proc.wait()
+            self.proc = None
+
+    def stop(self) -> None:
+        """A graceful stop (SIGTERM, as Kubernetes stops a pod): Redis flushes its append-only file."""
+        if self.proc is not None:
+            self.proc.terminate()
+            self.proc.wait(timeout=30)
             self.proc = None
 
 
