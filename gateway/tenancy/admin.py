@@ -30,6 +30,7 @@ from gateway.errors import (
     InvalidRequestError,
     NotFoundError,
     PermissionDeniedError,
+    RateLimitError,
 )
 from gateway.tenancy.keys import DuplicateKeyError, KeyRecord, KeyStore, generate_key, hash_key, new_key_id
 from ratelimit.model import LevelLimits
@@ -88,6 +89,46 @@ def build_admin_router(
     return router
 
 
+class FailedAttempts:
+    """Failed admin authentications per client address: after `limit` within `window_s`, that address
+    gets 429 (with retry-after) for `block_s`, before its key is even compared, so the admin key
+    cannot be guessed at request speed. Per address, so a guesser cannot lock the real operator out
+    from elsewhere; bounded (`max_addresses`, oldest dropped) so a spray of addresses cannot grow it."""
+
+    def __init__(
+        self,
+        limit: int = 5,
+        window_s: float = 60.0,
+        block_s: float = 60.0,
+        max_addresses: int = 10_000,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._limit, self._window, self._block, self._max = limit, window_s, block_s, max_addresses
+        self._clock = clock
+        # address -> (window start, failures in it, blocked until)
+        self._seen: dict[str, tuple[float, int, float]] = {}
+
+    def blocked_for(self, address: str) -> float:
+        """Seconds `address` is still blocked (0: not blocked)."""
+        entry = self._seen.get(address)
+        return max(0.0, entry[2] - self._clock()) if entry is not None else 0.0
+
+    def failed(self, address: str) -> None:
+        now = self._clock()
+        start, fails, until = self._seen.pop(address, (now, 0, 0.0))
+        if now - start > self._window:
+            start, fails = now, 0
+        fails += 1
+        if fails >= self._limit:
+            until = now + self._block
+        self._seen[address] = (start, fails, until)  # re-inserted: newest last
+        while len(self._seen) > self._max:
+            del self._seen[next(iter(self._seen))]
+
+    def succeeded(self, address: str) -> None:
+        self._seen.pop(address, None)
+
+
 class _KeysAdmin:
     """The admin API's handlers over one key store; `build_admin_router` mounts them."""
 
@@ -107,6 +148,7 @@ class _KeysAdmin:
         self._pools = pools
         self._static = {r.key_id: r for r in static_keys}
         self._clock: Callable[[], float] = time.time  # created_at, unix seconds
+        self._failures = FailedAttempts()
 
     async def require_admin(self, request: Request) -> None:
         if self._admin_secret is None:
@@ -114,16 +156,27 @@ class _KeysAdmin:
                 "The admin API is disabled: no admin key is configured (set LLMGW_ADMIN_KEY).",
                 code="admin_api_disabled",
             )
+        address = request.client.host if request.client is not None else ""
+        wait = self._failures.blocked_for(address)
+        if wait > 0:
+            raise RateLimitError(
+                "Too many failed admin API authentications from this address; try again later.",
+                code="admin_auth_throttled",
+                headers={"retry-after": str(int(wait) + 1)},
+            )
         header = request.headers.get("authorization", "")
         scheme, _, token = header.strip().partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
+            self._failures.failed(address)
             raise AuthenticationError(
                 "You didn't provide an admin API key. Use Authorization: Bearer <admin key>.",
                 code="missing_api_key",
             )
         # Constant time: the comparison must not tell an attacker how much of the key was right.
         if not hmac.compare_digest(token.strip().encode("utf-8"), self._admin_secret):
+            self._failures.failed(address)
             raise AuthenticationError("Incorrect admin API key provided.", code="invalid_admin_key")
+        self._failures.succeeded(address)
 
     async def create_key(self, request: Request) -> JSONResponse:
         body = await _create_body(request)

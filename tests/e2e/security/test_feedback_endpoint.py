@@ -110,3 +110,18 @@ def test_feedback_spends_the_keys_request_rate(gw: Gw) -> None:
     assert statuses.count(429) >= RPM, (
         statuses
     )  # at most the key's rate got through (this test's 3 bodies too)
+
+
+def test_failed_admin_authentications_are_throttled_per_address(gw: Gw) -> None:
+    """Issue 39: the admin API never throttled failed attempts. Five wrong keys from one address, then
+    even the right key waits (429 with retry-after) instead of being compared."""
+    url = f"{gw.url}/admin/keys"
+    statuses = [
+        httpx.get(url, headers={"authorization": f"Bearer wrong-{i}"}, timeout=10).status_code
+        for i in range(6)
+    ]
+    # (an earlier test of this module failed once from this address too)
+    assert statuses[:4] == [401] * 4 and statuses[-1] == 429, statuses
+    blocked = httpx.get(url, headers={"authorization": f"Bearer {gw.admin}"}, timeout=10)
+    assert blocked.status_code == 429 and int(blocked.headers["retry-after"]) >= 1
+    assert blocked.json()["error"]["code"] == "admin_auth_throttled"
