@@ -67,6 +67,10 @@ def _spans(text: str) -> list[tuple[int, int]]:
     return found
 
 
+def exfiltration_spans(text: str, untrusted: bool = False) -> list[tuple[int, int]]:
+    return _spans(text)
+
+
 def find_exfiltration(text: str) -> bool:
     """Whether `text` holds a URL that would carry secrets or conversation data away."""
     return bool(_spans(text))

@@ -205,6 +205,10 @@ def _spans(text: str, untrusted: bool) -> list[tuple[int, int]]:
     return sorted(found)
 
 
+def injection_spans(text: str, untrusted: bool) -> list[tuple[int, int]]:
+    return _spans(text, untrusted)
+
+
 def find_injection(text: str, untrusted: bool) -> bool:
     """Whether `text` carries an instruction to the model (`untrusted`: a tool / retrieved result)."""
     return bool(_spans(text, untrusted))

@@ -23,6 +23,9 @@ from typing import Any
 from gateway.config_guardrails import Mode
 from gateway.edge.exchange import Kind
 from gateway.errors import ContentPolicyError, GatewayError, PermissionDeniedError, RequestTooLargeError
+from gateway.guardrails._spans import replace_spans
+from gateway.guardrails.detectors import Detector
+from gateway.guardrails.normalize import View, origins, views
 from gateway.guardrails.plan import GuardPlan
 
 __all__ = ["Event", "Screened", "screen"]
@@ -52,6 +55,9 @@ def _content(holder: Any, key: Any, where: str, role: Any) -> Iterator[_Text]:
     c = holder.get(key)
     scanned = role not in _SKIPPED_ROLES
     untrusted = role in _UNTRUSTED_ROLES
+    name = holder.get("name")
+    if isinstance(name, str) and name:  # the model reads a message's name too
+        yield _Text(holder, "name", where.removesuffix(".content") + ".name", scanned, untrusted)
     if isinstance(c, str):
         yield _Text(holder, key, where, scanned, untrusted)
     elif isinstance(c, list):
@@ -141,9 +147,75 @@ def screen(kind: Kind, body: dict[str, Any], plan: GuardPlan) -> Screened:
                 continue
             events.append(Event(detector.name, _ACTIONS[mode], t.where))
             if mode == "block":
-                return events, ContentPolicyError(
-                    f"the request was refused by the gateway's '{detector.name}' guardrail: {t.where} "
-                    f"contains {detector.what}",
-                    param=t.where,
-                )
+                return events, _refusal(detector, t.where)
+    if plan.detectors:
+        refused = _read_views(kind, [t for t in texts if t.scanned], plan, events)
+        if refused is not None:
+            return events, refused
     return events, None
+
+
+def _refusal(detector: Detector, where: str) -> ContentPolicyError:
+    return ContentPolicyError(
+        f"the request was refused by the gateway's '{detector.name}' guardrail: {where} contains "
+        f"{detector.what}",
+        param=where,
+    )
+
+
+def _read_views(
+    kind: Kind, scanned: list[_Text], plan: GuardPlan, events: list[Event]
+) -> GatewayError | None:
+    """The detectors over the request's folded, joined and decoded views (gateway/guardrails/normalize.py):
+    what a look-alike, a zero-width space, an encoding or a split across parts hid from the texts as
+    they are. A redaction found there rewrites the original texts at the spans it came from."""
+    if not scanned:
+        return None
+    raws = [t.holder[t.key] for t in scanned]
+    seen = views(raws)
+    where = "messages" if kind is Kind.CHAT else scanned[0].where.split("[")[0]
+    logged = {e.guardrail for e in events}
+    for detector, mode in plan.detectors:
+        if detector.spans is None or (mode != "redact" and detector.name in logged):
+            continue
+        tight, loose, zw = seen
+        for view in (tight,) if detector.tight else (loose, zw, tight):
+            if view is None:
+                continue
+            spans = detector.spans(view.text, False)
+            if not spans:
+                continue
+            if mode == "redact":
+                _redact_back(scanned, raws, view, spans)
+                events.append(Event(detector.name, "redacted", where))
+                raws = [t.holder[t.key] for t in scanned]
+                seen = views(raws)
+                break
+            events.append(Event(detector.name, _ACTIONS[mode], where))
+            if mode == "block":
+                return _refusal(detector, where)
+            break
+    return None
+
+
+def _redact_back(scanned: list[_Text], raws: list[str], view: View, spans: list[tuple[int, int]]) -> None:
+    """Replace, in the original texts, the characters the view's `spans` came from."""
+    origin = origins(raws, view)
+    cuts: dict[int, list[tuple[int, int]]] = {}
+    for s, e in spans:
+        by_text: dict[int, tuple[int, int]] = {}
+        for i, a, b in origin[s:e]:
+            if a < b:
+                lo, hi = by_text.get(i, (a, b))
+                by_text[i] = (min(lo, a), max(hi, b))
+        for i, span in by_text.items():
+            cuts.setdefault(i, []).append(span)
+    for i, found in cuts.items():
+        merged: list[tuple[int, int]] = []
+        for a, b in sorted(found):
+            if merged and a <= merged[-1][1]:
+                merged[-1] = (merged[-1][0], max(b, merged[-1][1]))
+            else:
+                merged.append((a, b))
+        t = scanned[i]
+        t.holder[t.key] = replace_spans(raws[i], merged, "[REDACTED]")

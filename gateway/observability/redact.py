@@ -258,6 +258,20 @@ def scrub(text: str, steps: tuple[Step, ...]) -> str:
     return text
 
 
+def step_spans(text: str, steps: tuple[Step, ...]) -> list[tuple[int, int]]:
+    """The spans of `text` that `scrub(text, steps)` would rewrite (each step on the text as given)."""
+    low = text.lower()
+    spans: list[tuple[int, int]] = []
+    for words, pattern, replacement in steps:
+        if words and not any(w in low for w in words):
+            continue
+        for m in pattern.finditer(text):
+            new = replacement(m) if callable(replacement) else replacement
+            if new != m.group(0):
+                spans.append(m.span())
+    return spans
+
+
 def redact(text: str) -> str:
     """`text` with secrets and personal data replaced by [SECRET], [EMAIL], [IBAN], [CARD], [PHONE]."""
     return scrub(text, _STEPS)
