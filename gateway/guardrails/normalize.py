@@ -34,7 +34,9 @@ from functools import cache
 from importlib.resources import files
 from itertools import chain
 
-__all__ = ["MAX_DECODED", "View", "origins", "views"]
+import re2
+
+__all__ = ["MAX_DECODED", "View", "as_is", "origins", "views"]
 
 MAX_DECODED = 32  # encoded runs decoded per request
 MAX_DECODED_BYTES = 64 * 1024
@@ -44,7 +46,9 @@ _MARKS = chain(range(0x300, 0x370), range(0x1AB0, 0x1B00), range(0x1DC0, 0x1E00)
                range(0xFE20, 0xFE30), range(0xFE00, 0xFE10), range(0xE0100, 0xE01F0))  # fmt: skip
 _COMPAT = chain(range(0x80, 0x2000), range(0x2070, 0x20A0), range(0x2100, 0x2190), range(0x2460, 0x2500),
                 range(0xFB00, 0xFB07), range(0xFF00, 0xFFF0), range(0x1D400, 0x1D800))  # fmt: skip
-_ENCODED = re.compile(r"[A-Za-z0-9+/\-_]{16,}={0,2}|(?:[0-9A-Fa-f]{2}[ :]?){8,}")
+# RE2 (linear, one pass): Python's engine tries this at every position of a prompt, ~150 us per 2 KB of
+# prose against ~7 us.
+_ENCODED = re2.compile(r"[A-Za-z0-9+/\-_]{16,}={0,2}|(?:[0-9A-Fa-f]{2}[ :]?){8,}")
 _PRINTABLE = re.compile(r"[\x20-\x7e\t\n\r]")
 
 
@@ -127,7 +131,13 @@ class View:
 
 
 def _plain(texts: Sequence[str]) -> bool:
+    """Whether every view would be the texts joined as they are (nothing folds, splits or decodes)."""
     return len(texts) <= 1 and all(t.isascii() and "_" not in t and not _ENCODED.search(t) for t in texts)
+
+
+def as_is(texts: Sequence[str]) -> bool:
+    """Whether the views hold nothing the texts as they are do not: one plain text, already read."""
+    return len(texts) == 1 and _plain(texts)
 
 
 def views(texts: Sequence[str]) -> tuple[View, View, View | None]:

@@ -25,7 +25,7 @@ from gateway.edge.exchange import Kind
 from gateway.errors import ContentPolicyError, GatewayError, PermissionDeniedError, RequestTooLargeError
 from gateway.guardrails._spans import replace_spans
 from gateway.guardrails.detectors import Detector
-from gateway.guardrails.normalize import View, origins, views
+from gateway.guardrails.normalize import View, as_is, origins, views
 from gateway.guardrails.plan import GuardPlan
 
 __all__ = ["Event", "Screened", "screen"]
@@ -172,6 +172,8 @@ def _read_views(
     if not scanned:
         return None
     raws = [t.holder[t.key] for t in scanned]
+    if as_is(raws):
+        return None
     seen = views(raws)
     where = "messages" if kind is Kind.CHAT else scanned[0].where.split("[")[0]
     logged = {e.guardrail for e in events}
