@@ -4,7 +4,8 @@ Settings come from a profile (a built-in name or a YAML file, see `profile.py`);
 profile fields. Server identity (`--served-model-name`, `--api-key`, replay) is flag-only, with vLLM's
 spellings so a chart or test can swap a real replica for the simulator. So are LoRA's (`--enable-lora`,
 `--lora-modules`, `--max-loras`, `--max-lora-rank`, env `VLLM_ALLOW_RUNTIME_LORA_UPDATING`), plus the
-simulator's `--lora-swap-ms` (`lora.py`, `adapters.py`).
+simulator's `--lora-swap-ms` (`lora.py`, `adapters.py`), and `--reasoning-parser` plus the simulator's
+`--tool-call-rate` for agent loops (`agent.py`).
 """
 
 from __future__ import annotations
@@ -93,9 +94,28 @@ def register(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="usage.prompt_tokens_details.cached_tokens (vLLM's flag; without it the field is null)",
     )
+    _agent_flags(parser)
     _lora_flags(parser)
     parser.add_argument("--log-level", default="warning", help="uvicorn log level")
     parser.set_defaults(func=run)
+
+
+def _agent_flags(parser: argparse.ArgumentParser) -> None:
+    from eval.sim.agent import REASONING_PARSERS
+
+    parser.add_argument(
+        "--reasoning-parser",
+        choices=sorted(REASONING_PARSERS),
+        metavar="NAME",
+        help="vLLM's flag (e.g. qwen3): a request that turns thinking on gets reasoning tokens first",
+    )
+    parser.add_argument(
+        "--tool-call-rate",
+        type=float,
+        default=0.0,
+        metavar="R",
+        help="simulator: share of requests offering tools (and no [[sim:call]] marker) that call one",
+    )
 
 
 def _lora_flags(parser: argparse.ArgumentParser) -> None:
@@ -169,6 +189,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         profile = load_profile(args.profile, _overrides(args))
         lora = _lora_config(args)
+        if not 0.0 <= args.tool_call_rate <= 1.0:
+            raise ValueError(f"--tool-call-rate must be within 0..1, got {args.tool_call_rate}")
     except (ProfileError, ValueError) as exc:
         print(f"llmgw sim: {exc}", file=sys.stderr)
         return 2
@@ -189,6 +211,8 @@ def run(args: argparse.Namespace) -> int:
         replay=replay,
         legacy_metrics=args.legacy_metrics,
         prompt_tokens_details=args.enable_prompt_tokens_details,
+        tool_call_rate=args.tool_call_rate,
+        reasoning_parser=args.reasoning_parser,
         **lora,
     )
     try:

@@ -16,15 +16,19 @@ from typing import Any
 
 import orjson
 
+from eval.sim import agent
 from eval.sim.adapters import AdapterRegistry
 from eval.sim.errors import ApiError, bad_request, invalid_value, validation_error
 from eval.sim.profile import SimProfile
 from eval.sim.replay import ReplayIndex
 from eval.sim.textgen import (
     Generated,
+    generate_auto_tool_call,
     generate_json,
     generate_text,
     generate_tool_call,
+    limit,
+    piece_id,
     prompt_logprobs,
     token_logprobs,
 )
@@ -55,6 +59,7 @@ class Job:
     replay_hit: bool | None = None  # None: replay mode off
     prompt_tokens_details: bool = False  # usage reports cached_tokens (else prompt_tokens_details: null)
     lora: str | None = None  # the adapter that answers (None: the base model)
+    reasoning_details: bool = False  # a reasoning parser runs: usage reports reasoning_tokens
 
 
 @dataclass(slots=True)
@@ -69,6 +74,8 @@ class Context:
     counter: int = 0
     prompt_tokens_details: bool = False  # vLLM's --enable-prompt-tokens-details
     adapters: AdapterRegistry | None = None  # with --enable-lora
+    tool_call_rate: float = 0.0  # --tool-call-rate: unprompted calls of an offered tool (agent.py)
+    reasoning_parser: str | None = None  # vLLM's --reasoning-parser: thinking when a request asks
 
     def next_id(self, prefix: str) -> str:
         self.counter += 1
@@ -247,6 +254,21 @@ def _prompt(ctx: Context, text: str, top: int | None, salt: int = 0) -> Prompt:
 def _answer(
     ctx: Context, body: dict[str, Any], rng: random.Random, max_tokens: int, fixed: str | None, chat: bool
 ) -> Generated:
+    """One choice's answer; a chat request asking for thinking (with a reasoning parser on) gets a few
+    reasoning tokens first, out of the same `max_tokens`."""
+    if not (chat and ctx.reasoning_parser is not None and agent.wants_reasoning(body)):
+        return _content(ctx, body, rng, max_tokens, fixed, chat)
+    thoughts = agent.reasoning_pieces(rng)[:max_tokens]
+    room = max_tokens - len(thoughts)
+    gen = _content(ctx, body, rng, room, fixed, chat) if room > 0 else Generated([], "length")
+    gen.pieces[:0] = thoughts
+    gen.reasoning_len = len(thoughts)
+    return gen
+
+
+def _content(
+    ctx: Context, body: dict[str, Any], rng: random.Random, max_tokens: int, fixed: str | None, chat: bool
+) -> Generated:
     p = ctx.profile
     if chat and fixed is None:
         forced = _forced_tool(body)
@@ -255,6 +277,12 @@ def _answer(
             return generate_tool_call(
                 rng, name, params, max_tokens, f"chatcmpl-tool-{rng.getrandbits(64):016x}"
             )
+        planned = agent.plan(body, rng, ctx.tool_call_rate)
+        if isinstance(planned, agent.PlannedCall):
+            call_id = f"chatcmpl-tool-{rng.getrandbits(64):016x}"
+            return generate_auto_tool_call(planned.name, planned.arguments, max_tokens, call_id)
+        if isinstance(planned, str):  # the closing answer after a tool result
+            return Generated(*limit(tokenize(planned), max_tokens, "stop"))
         fmt = body.get("response_format")
         if isinstance(fmt, dict) and fmt.get("type") in ("json_object", "json_schema"):
             schema = (fmt.get("json_schema") or {}).get("schema") if fmt["type"] == "json_schema" else None
@@ -340,6 +368,7 @@ def _build(
         replay_hit,
         ctx.prompt_tokens_details,
         lora,
+        kind == "chat" and ctx.reasoning_parser is not None,
     )
 
 
@@ -393,3 +422,29 @@ def parse_completion(ctx: Context, body: dict[str, Any]) -> Job:
     requested = _int(body, "max_tokens", 16, 1)
     top = _logprobs(body, "logprobs") if body.get("logprobs") is not None else None
     return _build(ctx, body, "completion", [(t, t) for t in texts], (requested, "max_tokens"), top)
+
+
+def tokenize_response(ctx: Context, body: dict[str, Any]) -> dict[str, Any]:
+    """vLLM's `POST /tokenize`: `{"prompt"}` or `{"messages", "tools"?}` -> `{"count", "max_model_len",
+    "tokens", "token_strs"}`. Messages go through `render_chat`, the rendering a chat request's prompt is
+    counted with, so `count` is that request's `usage.prompt_tokens` (the simulated model adds no special
+    tokens, so `add_special_tokens` changes nothing)."""
+    check_model(ctx, body)
+    if body.get("messages") is not None:
+        text, _ = render_chat(body["messages"], body.get("tools"), ctx.served_names[0])
+        if body.get("add_generation_prompt") is False:
+            text = text.removesuffix("<|assistant|>\n")
+    else:
+        prompt = body.get("prompt")
+        if prompt is None:
+            raise validation_error("missing", "body.prompt", "Field required", body)
+        if not isinstance(prompt, str):
+            raise validation_error("string_type", "body.prompt", "Input should be a valid string", prompt)
+        text = prompt
+    pieces = tokenize(text)
+    return {
+        "count": len(pieces),
+        "max_model_len": ctx.profile.max_model_len,
+        "tokens": [piece_id(p) for p in pieces],
+        "token_strs": pieces if body.get("return_token_strs") else None,
+    }

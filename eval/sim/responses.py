@@ -5,6 +5,11 @@ per choice, then one chunk per token; the chunk of a choice's last token carries
 with `include_usage` a final `"choices": []` chunk carries the usage, then `data: [DONE]`. Like vLLM
 (which serializes with `exclude_unset`), ordinary chunks have no `usage` key unless
 `continuous_usage_stats` asks for cumulative usage on every chunk.
+
+With a reasoning parser (vLLM's `--reasoning-parser`) the reasoning tokens stream first as
+`delta: {"reasoning": ...}`, the unary message carries `reasoning` (null without any), and every usage
+has `completion_tokens_details: {"reasoning_tokens": N}`. An auto tool call streams like vLLM's tool
+parsers: a first delta with the call's id, type and name, then one per arguments token.
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from typing import Any
 import orjson
 
 from eval.sim.requests import Job
+from eval.sim.textgen import ToolCall
 
 DONE = b"data: [DONE]\n\n"
 
@@ -31,20 +37,32 @@ def _counts(job: Job, completion_tokens: int) -> dict[str, Any]:
     }
 
 
+def _reasoning_tokens(job: Job) -> int:
+    return sum(g.reasoning_len for g in job.choices)
+
+
 def usage(job: Job, completion_tokens: int, cached_tokens: int) -> dict[str, Any]:
-    """A unary body's usage: vLLM 0.32 sends both details keys, null unless --enable-prompt-tokens-details."""
+    """A unary body's usage: vLLM 0.32 sends both details keys, null unless --enable-prompt-tokens-details
+    (prompt) and --reasoning-parser (completion)."""
     out = _counts(job, completion_tokens)
     out["prompt_tokens_details"] = {"cached_tokens": cached_tokens} if job.prompt_tokens_details else None
-    out["completion_tokens_details"] = None
+    out["completion_tokens_details"] = (
+        {"reasoning_tokens": _reasoning_tokens(job)} if job.reasoning_details else None
+    )
     return out
 
 
-def stream_usage(job: Job, completion_tokens: int, cached_tokens: int | None) -> dict[str, Any]:
+def stream_usage(
+    job: Job, completion_tokens: int, cached_tokens: int | None, reasoning_tokens: int = 0
+) -> dict[str, Any]:
     """A stream's usage: only the three counts; the final chunk (`cached_tokens` given) adds
-    `prompt_tokens_details` when the flag is on, and the key is absent otherwise (exclude_unset)."""
+    `prompt_tokens_details` when the flag is on, and the key is absent otherwise (exclude_unset);
+    with a reasoning parser every usage has `completion_tokens_details`."""
     out = _counts(job, completion_tokens)
     if cached_tokens is not None and job.prompt_tokens_details:
         out["prompt_tokens_details"] = {"cached_tokens": cached_tokens}
+    if job.reasoning_details:
+        out["completion_tokens_details"] = {"reasoning_tokens": reasoning_tokens}
     return out
 
 
@@ -93,9 +111,12 @@ def full_response(job: Job, cached_tokens: int) -> bytes:
                 "refusal": None,
                 "tool_calls": [],
             }
+            if job.reasoning_details:
+                message["reasoning"] = gen.reasoning
             if gen.tool_call is not None:
                 call = gen.tool_call
-                message["content"] = ""  # vLLM answers a forced tool call with empty content
+                # vLLM answers a forced tool call with empty content, an auto one (tool parser) with null
+                message["content"] = None if call.auto else ""
                 message["tool_calls"] = [
                     {
                         "id": call.id,
@@ -145,6 +166,7 @@ class StreamRenderer:
         self.sent = [0] * len(job.choices)
         self._offsets = [0] * len(job.choices)
         self._total_sent = 0
+        self._reasoning_sent = 0
 
     def _chunk(self, choice: dict[str, Any], cached_tokens: int) -> bytes:
         job = self.job
@@ -156,7 +178,7 @@ class StreamRenderer:
             "choices": [choice],
         }
         if job.continuous_usage:
-            obj["usage"] = stream_usage(job, self._total_sent, None)
+            obj["usage"] = stream_usage(job, self._total_sent, None, self._reasoning_sent)
         return sse(obj)
 
     def head(self) -> list[bytes]:
@@ -187,16 +209,11 @@ class StreamRenderer:
             choice: dict[str, Any]
             if job.kind == "chat":
                 delta: dict[str, Any]
-                if gen.tool_call is not None:
-                    call: dict[str, Any] = {"index": 0, "function": {"arguments": piece}}
-                    if k == 0:
-                        call = {
-                            "index": 0,
-                            "id": gen.tool_call.id,
-                            "type": "function",
-                            "function": {"name": gen.tool_call.name, "arguments": piece},
-                        }
-                    delta = {"tool_calls": [call]}
+                if k < gen.reasoning_len:
+                    self._reasoning_sent += 1
+                    delta = {"reasoning": piece}
+                elif gen.tool_call is not None:
+                    delta = {"tool_calls": [_call_delta(gen.tool_call, piece, k == gen.reasoning_len)]}
                 else:
                     delta = {"content": piece}
                 choice = {
@@ -228,9 +245,18 @@ class StreamRenderer:
                         "created": job.created,
                         "model": job.model,
                         "choices": [],
-                        "usage": stream_usage(job, completion_tokens, cached_tokens),
+                        "usage": stream_usage(job, completion_tokens, cached_tokens, _reasoning_tokens(job)),
                     }
                 )
             )
         out.append(DONE)
         return out
+
+
+def _call_delta(call: ToolCall, piece: str, first: bool) -> dict[str, Any]:
+    """One token of a tool call as a `delta.tool_calls` entry: the first names the call (an auto call's
+    first token is its name alone), the others append to its arguments."""
+    if not first:
+        return {"index": 0, "function": {"arguments": piece}}
+    function = {"name": call.name} if call.auto else {"name": call.name, "arguments": piece}
+    return {"index": 0, "id": call.id, "type": "function", "function": function}

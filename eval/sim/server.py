@@ -31,7 +31,7 @@ from eval.sim.lora import EngineLora, LoraSettings
 from eval.sim.metrics import CONTENT_TYPE, build_registry, render
 from eval.sim.profile import SimProfile
 from eval.sim.replay import ReplayIndex
-from eval.sim.requests import Context, Job, decode_body, parse_chat, parse_completion
+from eval.sim.requests import Context, Job, decode_body, parse_chat, parse_completion, tokenize_response
 from eval.sim.responses import StreamRenderer, full_response
 from eval.sim.runner import EngineRunner, Waiter
 
@@ -60,6 +60,8 @@ class SimConfig:
     lora: LoraSettings | None = None  # --enable-lora
     lora_modules: tuple[LoraModule, ...] = ()
     runtime_lora: bool = False  # VLLM_ALLOW_RUNTIME_LORA_UPDATING: the load/unload routes exist
+    tool_call_rate: float = 0.0  # --tool-call-rate (agent.py)
+    reasoning_parser: str | None = None  # vLLM's --reasoning-parser (agent.py)
 
 
 async def _read_body(receive: Receive) -> bytes:
@@ -101,6 +103,8 @@ class SimApp:
             id_prefix=os.urandom(4).hex(),
             prompt_tokens_details=config.prompt_tokens_details,
             adapters=self.adapters,
+            tool_call_rate=config.tool_call_rate,
+            reasoning_parser=config.reasoning_parser,
         )
         self.instant = profile.is_instant
         self.in_flight = 0
@@ -111,6 +115,7 @@ class SimApp:
             ("POST", "/v1/chat/completions"): self._chat,
             ("POST", "/v1/completions"): self._completions,
             ("POST", "/v1/embeddings"): self._embeddings,
+            ("POST", "/tokenize"): self._tokenize,
             ("GET", "/v1/models"): self._models,
             ("GET", "/health"): self._health,
             ("GET", "/metrics"): self._metrics,
@@ -242,6 +247,15 @@ class SimApp:
             return
         self.engine.stats.prompt_tokens += tokens
         await _respond(send, 200, body)
+
+    async def _tokenize(self, scope: Scope, receive: Receive, send: Send) -> None:
+        raw = await _read_body(receive)
+        try:
+            out = tokenize_response(self.ctx, decode_body(raw))
+        except ApiError as exc:
+            await _respond(send, exc.status, exc.body())
+            return
+        await _respond(send, 200, orjson.dumps(out))
 
     # --- generation -------------------------------------------------------------------------------
     async def _chat(self, scope: Scope, receive: Receive, send: Send) -> None:

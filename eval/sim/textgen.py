@@ -36,19 +36,31 @@ class ToolCall:
     id: str
     name: str
     arguments: str
+    # An auto tool call (vLLM's tool parser): the call's first token streams the name alone and the
+    # unary content is null; a forced call (guided decoding) streams the name with the first arguments.
+    auto: bool = False
 
 
 @dataclass(slots=True)
 class Generated:
-    """One choice's answer. `pieces` are the per-token text deltas (the last may be cut by a stop string)."""
+    """One choice's answer. `pieces` are the per-token text deltas (the last may be cut by a stop string);
+    the first `reasoning_len` of them are reasoning (vLLM's `reasoning` field), the rest the content or,
+    with `tool_call`, the call (an auto call's first piece is its name)."""
 
     pieces: list[str]
     finish_reason: str  # "stop" | "length" | "tool_calls"
     tool_call: ToolCall | None = None
+    reasoning_len: int = 0
 
     @property
     def text(self) -> str:
+        if self.reasoning_len:
+            return "".join(self.pieces[self.reasoning_len :])
         return "".join(self.pieces)
+
+    @property
+    def reasoning(self) -> str | None:
+        return "".join(self.pieces[: self.reasoning_len]) if self.reasoning_len else None
 
     @property
     def engine_reason(self) -> str:
@@ -166,6 +178,13 @@ def generate_tool_call(
     arguments = orjson.dumps(fill_schema(parameters or {"type": "object"}, rng)).decode()
     pieces, reason = limit(tokenize(arguments), max_tokens, "tool_calls")
     return Generated(pieces, reason, ToolCall(call_id, name, "".join(pieces)))
+
+
+def generate_auto_tool_call(name: str, arguments: Any, max_tokens: int, call_id: str) -> Generated:
+    """A call the model chose to make (tool_choice auto): one token for the name, then the arguments'
+    JSON; cut by `max_tokens` it ends with `length` and truncated arguments, as a real model's would."""
+    pieces, reason = limit([name, *tokenize(orjson.dumps(arguments).decode())], max_tokens, "tool_calls")
+    return Generated(pieces, reason, ToolCall(call_id, name, "".join(pieces[1:]), auto=True))
 
 
 def token_logprobs(
