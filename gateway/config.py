@@ -158,6 +158,12 @@ class Model(_Frozen):
     slo_class: str | None = Field(None, description="key of slo_classes used for goodput")
     guardrails: str | None = Field(None, description="guardrail profile (guardrails.profiles) of this alias")
     description: str = ""
+    display_name: str | None = Field(
+        None, max_length=128, description="the human-readable name in model listings (default: the name)"
+    )
+    context_tokens: int | None = Field(
+        None, ge=1, description="the model's context window in tokens, for model listings (max_input_tokens)"
+    )
 
 
 class SloClass(_Frozen):

@@ -19,6 +19,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from gateway import __version__
 from gateway.config import Policy
 from gateway.config_lora import ADAPTER_SEPARATOR
+from gateway.edge.anthropic_models import anthropic_model, anthropic_models, speaks_anthropic
 from gateway.edge.exchange import Kind, Receive, RequestHeaders, Scope, Send
 from gateway.edge.openapi import (
     ANTHROPIC_ERRORS,
@@ -197,21 +198,25 @@ def _service_routes(api: FastAPI, app: GatewayApp) -> None:
             and (not caller.pools or any(p in caller.pools for p in m.route.pools))
         ]
 
-    @api.get("/v1/models", response_model=ModelList, responses=error_responses(401, 503))
-    async def list_models(request: Request) -> ModelList:
-        """The aliases the caller's key may use."""
+    async def cards(request: Request) -> list[ModelCard]:
         created = int(app.started_at)
         aliases = await callable_aliases(request)
-        cards = [ModelCard(id=a, created=created, owned_by="llm-gateway") for a in aliases]
-        return ModelList(data=cards + _adapter_cards(app.policy, aliases, created))
+        own = [ModelCard(id=a, created=created, owned_by="llm-gateway") for a in aliases]
+        return own + _adapter_cards(app.policy, aliases, created)
+
+    @api.get("/v1/models", response_model=ModelList, responses=error_responses(401, 503))
+    async def list_models(request: Request) -> ModelList | JSONResponse:
+        """The aliases the caller's key may use (in Anthropic's shape to a caller speaking Anthropic)."""
+        if speaks_anthropic(request.headers):
+            return await anthropic_models(request, app.policy, cards)
+        return ModelList(data=await cards(request))
 
     @api.get("/v1/models/{model:path}", response_model=ModelCard, responses=error_responses(401, 404, 503))
-    async def retrieve_model(model: str, request: Request) -> ModelCard:
+    async def retrieve_model(model: str, request: Request) -> ModelCard | JSONResponse:
         """One alias the caller's key may use; any other name is a 404 (whether or not it exists)."""
-        aliases = await callable_aliases(request)
-        if model in aliases:
-            return ModelCard(id=model, created=int(app.started_at), owned_by="llm-gateway")
-        for card in _adapter_cards(app.policy, aliases, int(app.started_at)):
+        if speaks_anthropic(request.headers):
+            return await anthropic_model(request, app.policy, cards, model)
+        for card in await cards(request):
             if card.id == model:
                 return card
         raise ModelNotFoundError.of(model)

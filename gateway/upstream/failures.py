@@ -1,12 +1,15 @@
 """How an upstream failure reaches the caller: which error (status, OpenAI type), which metric kind,
 and whether another replica may be tried.
 
-What a client is told about a pool is the pool's name, the status and a reason of the gateway's own
-words. The pool's own text (a vLLM error message, a connect error naming a host and port) can hold
-internal URLs, host names or tokens: it goes to the `llmgw.upstream` log with the request id,
-never to the client. The structured bits OpenAI clients act on survive when they look like
-identifiers: `param`, a string `code`, and a context-length refusal (as OpenAI's
-`context_length_exceeded`). A pool's `Retry-After` is clamped to `RETRY_AFTER_MAX_S`.
+What a client is told about a pool is the pool's name, the status and a reason. When the pool refused
+the caller's request (a 4xx), the reason is the pool's own message, which the caller needs to fix the
+request ("not a multimodal model", "top_logprobs above 20"): cut to `REASON_MAX` characters, with
+URLs, network addresses, host names with a domain, file paths and anything the request log would
+redact as a secret replaced by placeholders (`pool_reason`). The whole text goes to the `llmgw.upstream`
+log with the request id. A pool's 5xx text, and a connect error naming a host and port, never reach
+the client. The structured bits OpenAI clients act on survive when they look like identifiers:
+`param`, a string `code`, and a context-length refusal (as OpenAI's `context_length_exceeded`). A
+pool's `Retry-After` is clamped to `RETRY_AFTER_MAX_S`.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import time
 from email.utils import parsedate_to_datetime
 
 import orjson
+import re2
 
 from gateway.edge.exchange import Kind
 from gateway.errors import (
@@ -30,6 +34,7 @@ from gateway.errors import (
     UpstreamTimeoutError,
     UpstreamUnavailableError,
 )
+from gateway.observability.redact import SECRET_STEPS, scrub
 from pools.pool import NoCapacity
 
 PATHS = {
@@ -45,11 +50,39 @@ RETRY_KINDS = frozenset({"connect", "disconnect", "client_error"})
 # not park every client. A module default until the pool config grows a key for it.
 RETRY_AFTER_MAX_S = 60
 LOG_TEXT_MAX = 2000  # characters of a pool's error text kept in the log line
+REASON_MAX = 300  # characters of a pool's refusal passed to the caller
 
 log = logging.getLogger("llmgw.upstream")
 
 _IDENTIFIER = re.compile(r"[A-Za-z][A-Za-z0-9_.\-]{0,63}")
 _CONTEXT_LENGTH = re.compile(r"context.length|context window", re.IGNORECASE)
+# What may name the inside of the cluster, in the order replaced: URLs (any scheme), IPv4 / IPv6
+# literals with an optional port, host names (a dotted name with a port, or ending in a domain suffix
+# networks use: `vllm-0.vllm.ns.svc.cluster.local`, `gpu7.corp`; a field path such as `body.messages`
+# or a version such as 0.32.0 stays), absolute file paths, and control characters.
+_SUFFIXES = "local|internal|lan|svc|cluster|corp|intra|intranet|private|home|com|net|org|io|ai|dev|cloud"
+_INTERNAL = (
+    (re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.\-]{0,15}://\S*"), "<url>"),
+    (  # IPv6: four groups or more, or a `::`
+        re.compile(
+            r"\[?(?:\b[0-9a-fA-F]{1,4}(?::[0-9a-fA-F]{1,4}){3,7}\b"
+            r"|(?:\b[0-9a-fA-F]{1,4})?(?::[0-9a-fA-F]{1,4})*::(?:[0-9a-fA-F]{1,4}\b(?::[0-9a-fA-F]{1,4}\b)*)?)"
+            r"\]?(?::\d{1,5}\b)?"
+        ),
+        "<address>",
+    ),
+    (re.compile(r"\b\d{1,3}(?:\.\d{1,3}){3}(?::\d{1,5})?\b"), "<address>"),
+    (  # RE2: a run of dotted labels costs Python's engine quadratic time
+        re2.compile(
+            r"(?i)\b(?:[a-z0-9](?:[a-z0-9\-]{0,61}[a-z0-9])?\.)+"
+            rf"(?:(?:{_SUFFIXES})\b(?::\d{{1,5}})?|[a-z][a-z0-9\-]*:\d{{1,5}}\b)"
+        ),
+        "<host>",
+    ),
+    (re.compile(r"\b[a-zA-Z][a-zA-Z0-9\-]*:\d{2,5}\b"), "<host>"),
+    (re.compile(r"(?<![\w<])/(?:[\w.\-]+/)+[\w.\-]*"), "<path>"),
+    (re.compile(r"[\x00-\x08\x0b-\x1f\x7f]+"), " "),
+)
 
 _PASS_THROUGH_4XX: dict[int, type[GatewayError]] = {
     400: InvalidRequestError,
@@ -104,10 +137,20 @@ def _upstream_fields(body: bytes) -> tuple[str | None, str | None, str | None]:
     return message, _identifier(err.get("param")), _identifier(err.get("code"))
 
 
+def pool_reason(message: str) -> str:
+    """A pool's refusal, fit to show its caller: internal names replaced, at most REASON_MAX characters."""
+    text = scrub(message[: 4 * REASON_MAX], SECRET_STEPS)
+    for pattern, placeholder in _INTERNAL:
+        text = pattern.sub(placeholder, text)
+    text = " ".join(text.split())
+    return text if len(text) <= REASON_MAX else text[: REASON_MAX - 3].rstrip() + "..."
+
+
 def from_upstream(
     status: int, body: bytes, pool: str, retry_after: str | None = None, rid: str | None = None
 ) -> GatewayError:
-    """The caller's error for a non-2xx pool response. The pool's text is logged, not relayed."""
+    """The caller's error for a non-2xx pool response. The pool's text is logged whole; a refusal's
+    (4xx) reason is relayed as `pool_reason` makes it."""
     message, param, code = _upstream_fields(body)
     text = message if message is not None else body[:LOG_TEXT_MAX].decode("utf-8", "replace")
     cls = _PASS_THROUGH_4XX.get(status)
@@ -118,8 +161,11 @@ def from_upstream(
     if cls is not None:
         # The caller's request was at fault (context too long, bad parameter): say so in their terms.
         reason = f"pool '{pool}' rejected the request (HTTP {status})"
+        said = pool_reason(message) if message else ""
+        if said:
+            reason = f"{reason}: {said}"
         if status == 400 and message is not None and _CONTEXT_LENGTH.search(message):
-            reason = f"the request exceeds the model's context length (pool '{pool}', HTTP 400)"
+            reason = f"the request exceeds the model's context length (pool '{pool}', HTTP 400): {said}"
             code = code or "context_length_exceeded"
         elif status == 429:
             reason = f"pool '{pool}' is rate limiting requests (HTTP 429)"
@@ -138,7 +184,9 @@ def from_upstream(
     if status == 504:
         return UpstreamTimeoutError(f"pool '{pool}' timed out (HTTP 504)")
     if 400 <= status < 500:
-        return InvalidRequestError(f"pool '{pool}' rejected the request (HTTP {status})")
+        said = pool_reason(message) if message else ""
+        reason = f"pool '{pool}' rejected the request (HTTP {status})"
+        return InvalidRequestError(f"{reason}: {said}" if said else reason)
     return UpstreamError(f"pool '{pool}' failed with HTTP {status}")
 
 

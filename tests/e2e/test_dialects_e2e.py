@@ -64,6 +64,8 @@ pools:
 models:
   - name: short
     route: {{pool: p}}
+    display_name: Short model
+    context_tokens: 8192
     max_tokens: {{default: 16, cap: 64}}
     cache: {{default: deterministic, ttl_s: 30}}
   - {{name: long, route: {{pool: p}}, max_tokens: {{default: 1000, cap: 1000}}}}
@@ -237,3 +239,70 @@ def test_models_retrieve_only_callable_aliases(dialects: Dialects) -> None:
     assert missing.value.code == "model_not_found"
     unauth = httpx.get(f"{dialects.url}/v1/models/short", timeout=5)
     assert unauth.status_code == 401
+
+
+def test_anthropic_callers_list_models_in_anthropic_shape(dialects: Dialects) -> None:
+    """Issue 40: the Anthropic SDK's models.list()/retrieve() get Anthropic's objects, every field set."""
+    client = dialects.anthropic()
+    page = client.models.list()
+    ids = [m.id for m in page.data]
+    assert ids == ["short", "long"]
+    short = client.models.retrieve("short")
+    assert short.type == "model" and short.display_name == "Short model"
+    assert short.created_at.year >= 2026 and short.lifecycle == "active"
+    assert short.max_input_tokens == 8192 and short.max_tokens == 64
+    caps = short.capabilities
+    assert caps is not None and caps.thinking.supported and caps.thinking.types.adaptive.supported
+    assert not caps.server_tools.supported and caps.structured_outputs.supported
+    for m in page.data:
+        assert m.type == "model" and m.display_name and m.created_at and m.max_tokens
+    first = client.models.list(limit=1)
+    assert [m.id for m in first.data] == ["short"] and first.has_more and first.last_id == "short"
+    rest = client.models.list(limit=1, after_id="short")
+    assert [m.id for m in rest.data] == ["long"] and not rest.has_more
+    with pytest.raises(anthropic.NotFoundError) as missing:
+        client.models.retrieve("claude-opus-4")
+    assert missing.value.body["error"]["type"] == "not_found_error"  # type: ignore[index]
+    with pytest.raises(anthropic.BadRequestError):
+        client.models.list(limit=5000)
+    bad_key = anthropic.Anthropic(base_url=dialects.url, api_key="sk-nope", max_retries=0, timeout=10)
+    with pytest.raises(anthropic.AuthenticationError) as denied:
+        bad_key.models.list()
+    assert denied.value.body["type"] == "error"  # type: ignore[index]
+    # An OpenAI caller on the same path keeps OpenAI's shape.
+    assert dialects.openai().models.retrieve("short").owned_by == "llm-gateway"
+
+
+def test_a_pools_refusal_reason_reaches_the_caller(dialects: Dialects) -> None:
+    """Issue 40: the pool's own reason (here: a text-only model given an image), in each API's shape."""
+    image = "https://example.com/cat.png"
+    with pytest.raises(openai.BadRequestError) as chat:
+        dialects.openai().chat.completions.create(
+            model="short",
+            messages=[
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "text", "text": "What is this?"},
+                        {"type": "image_url", "image_url": {"url": image}},
+                    ],
+                }
+            ],  # fmt: skip
+        )
+    assert "pool 'p' rejected the request (HTTP 400): sim is not a multimodal model" in str(chat.value)
+    with pytest.raises(anthropic.BadRequestError) as messages:
+        dialects.anthropic().messages.create(
+            model="short",
+            max_tokens=16,
+            messages=[
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "text", "text": "What is this?"},
+                        {"type": "image", "source": {"type": "url", "url": image}},
+                    ],
+                }
+            ],  # fmt: skip
+        )
+    assert "is not a multimodal model" in str(messages.value)
+    assert messages.value.body["error"]["type"] == "invalid_request_error"  # type: ignore[index]

@@ -1,5 +1,6 @@
-"""What a client is told about a pool's refusal or failure: the pool's name, the status and a reason
-in the gateway's words, never the pool's own text; that text goes to the log with the request id."""
+"""What a client is told about a pool's refusal or failure: the pool's name, the status and a reason:
+for a refusal (4xx) the pool's own message with internal names replaced, for a failure the gateway's
+words only; the pool's whole text goes to the log with the request id."""
 
 from __future__ import annotations
 
@@ -12,9 +13,16 @@ import pytest
 
 from gateway.errors import BadResponse, ConnectFailed, Disconnected, TransportError, TransportTimeout
 from gateway.sse import EventTooLarge
-from gateway.upstream.failures import RETRY_AFTER_MAX_S, clamp_retry_after, classify, from_upstream
+from gateway.upstream.failures import (
+    REASON_MAX,
+    RETRY_AFTER_MAX_S,
+    clamp_retry_after,
+    classify,
+    from_upstream,
+    pool_reason,
+)
 
-SECRET = "failed at http://vllm-0.internal:8000/v1 with token sk-internal-0123456789 on host gpu-7"
+SECRET = "failed at http://vllm-0.internal:8000/v1 with token sk-internal-0123456789 on host gpu-7.corp"
 
 
 def vllm(status: int, message: str = SECRET, code: object = None, param: object = None) -> bytes:
@@ -24,7 +32,8 @@ def vllm(status: int, message: str = SECRET, code: object = None, param: object 
 @pytest.mark.parametrize(
     ("status", "body", "want_status", "want_code", "message"),
     [
-        (400, vllm(400), 400, None, "pool 'small' rejected the request (HTTP 400)"),
+        (400, vllm(400), 400, None, "pool 'small' rejected the request (HTTP 400): failed at <url>"),
+        (400, vllm(400, "tiny is not a multimodal model"), 400, None, "(HTTP 400): tiny is not a multimodal"),
         (400, vllm(400, code="invalid_value", param="temperature"), 400, "invalid_value", "rejected"),
         (
             400,
@@ -46,7 +55,7 @@ def vllm(status: int, message: str = SECRET, code: object = None, param: object 
         (409, b"[]", 400, None, "HTTP 409"),
     ],
 )
-def test_a_pool_refusal_tells_name_status_and_a_generic_reason(
+def test_a_pool_refusal_tells_name_status_and_a_cleaned_reason(
     status: int,
     body: bytes,
     want_status: int,
@@ -59,7 +68,7 @@ def test_a_pool_refusal_tells_name_status_and_a_generic_reason(
     assert err.status == want_status
     assert err.code == want_code
     assert message in err.message
-    for leak in ("vllm-0", "sk-internal", "gpu-7", "http://"):
+    for leak in ("vllm-0", "sk-internal", "gpu-7", "http://", "8000"):
         assert leak not in err.body().decode()
     if SECRET in body.decode(errors="replace") and status not in (401,):
         assert any("req-1" in r.getMessage() and "sk-internal" in r.getMessage() for r in caplog.records)
@@ -132,3 +141,41 @@ def test_transport_failures_hide_addresses_and_log_them(
     assert any("req-9" in r.getMessage() for r in caplog.records)
     if isinstance(exc, ConnectFailed):
         assert any("10.1.2.3:19101" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize(
+    ("said", "want"),
+    [
+        (
+            "Requested sample logprobs of 25, which is greater than max allowed: 20 (parameter=logprobs, value=25)",
+            "Requested sample logprobs of 25, which is greater than max allowed: 20 (parameter=logprobs, value=25)",
+        ),
+        ("Loading lora c failed: No adapter found for /models/adapters/c", "No adapter found for <path>"),
+        (
+            "connect 10.0.3.4:8000 and [fe80::1]:80 and 2001:db8:0:0:1:0:0:1",
+            "connect <address> and <address> and <address>",
+        ),
+        ("vllm-0.vllm.ns.svc.cluster.local refused, gpu7:8000 down", "<host> refused, <host> down"),
+        ("{'loc': 'body.messages', 'msg': 'Field required'} in 0.32.0", "'body.messages'"),
+        ("key sk-proj-0123456789abcdef0123456789 is bad", "[SECRET]"),
+        ("line\x00\x1bone\n\ntwo", "line one two"),
+    ],
+)
+def test_a_pool_reason_keeps_the_words_and_drops_internal_names(said: str, want: str) -> None:
+    reason = pool_reason(said)
+    assert want in reason
+    assert len(reason) <= REASON_MAX
+
+
+def test_a_pool_reason_is_bounded_in_length_and_time() -> None:
+    assert len(pool_reason("x" * 100_000)) == REASON_MAX
+    for hostile in (":a" * 5000, "a." * 5000, "a-" * 5000 + ":", "/a" * 5000, "1.1." * 2000):
+        assert len(pool_reason(hostile)) <= REASON_MAX  # linear patterns: returns at once
+
+
+def test_a_pool_failure_never_relays_its_text() -> None:
+    for status in (500, 502, 503, 504):
+        assert (
+            "multimodal"
+            not in from_upstream(status, vllm(status, "tiny is not a multimodal model"), "p").message
+        )
