@@ -8,14 +8,25 @@ through as the pool streams them), and on `[DONE]` `message_delta` (stop reason,
 cumulative usage: `input_tokens` too, which the SDK's accumulator reads when present, so a pool that
 reports usage only at the end still gives the right input count) and `message_stop`.
 
-A chat stream switching between text and a tool call (or between tool calls) closes the open block
-and starts the next, so blocks never interleave; a late argument delta for an earlier tool call is
-sent with that call's index (the SDK accumulates by index). `reasoning_content` deltas are dropped
-(a thinking block needs a signature the pool cannot give). Tool arguments are not re-validated:
-a model that streams malformed JSON makes the SDK's `messages.stream()` accumulator raise, like
-Anthropic's own malformed tool input would.
+A chat stream switching between reasoning, text and a tool call (or between tool calls) closes the
+open block and starts the next, so blocks never interleave; a late argument delta for an earlier tool
+call is sent with that call's index (the SDK accumulates by index). Tool arguments are not
+re-validated: a model that streams malformed JSON makes the SDK's `messages.stream()` accumulator
+raise, like Anthropic's own malformed tool input would.
 
-Unary (`message_of`): a text block if the answer has text, then one `tool_use` block per tool call.
+Reasoning (`reasoning_content`, or `reasoning` as newer vLLM names it; the first non-empty of the two
+per message or delta, as a version that sends both sends the same text) is answered only when the
+request asked for `thinking` (enabled / adaptive / between_tools): a `thinking` block before the
+text, its `signature` the gateway's own (gateway.dialects.seal: `sign` over the text the block
+carries, so it verifies when the client sends the block back). Streamed as Anthropic streams it:
+`content_block_start` `{"type": "thinking", "thinking": "", "signature": ""}`, `thinking_delta`s,
+one `signature_delta` (the whole text's signature), `content_block_stop`. `display: "omitted"`:
+the block is still sent, with empty text and the signature of "" (Anthropic's documented omitted
+display: the block opens, one `signature_delta`, no `thinking_delta`). Without `thinking`, or
+with `disabled`, reasoning is dropped.
+
+Unary (`message_of`): a thinking block if asked for and the answer has reasoning, a text block if the
+answer has text, then one `tool_use` block per tool call.
 A tool call whose arguments are not a JSON object becomes `input: {"_raw": "<the arguments>"}`
 (visible to the tool runner rather than silently empty); empty arguments are `{}`. Ids: `msg_` +
 the chat id (deterministic); tool ids are the pool's.
@@ -25,11 +36,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import orjson
 
-__all__ = ["MessagesStream", "error_body", "message_of"]
+from gateway.dialects.seal import Sealer
+
+__all__ = ["MessagesStream", "Thinking", "error_body", "message_of", "thinking_of"]
 
 # Chat finish reasons with a Messages counterpart of their own (the rest end the turn).
 _FINISH: Final[Mapping[str, str]] = MappingProxyType(
@@ -74,6 +87,35 @@ _STATUS_TYPES: Final[Mapping[int, str]] = MappingProxyType(
 
 
 _PING: Final = b'event: ping\ndata: {"type":"ping"}\n\n'
+_THINKING_ON: Final = frozenset({"enabled", "adaptive", "between_tools"})
+_REASONING: Final = ("reasoning_content", "reasoning")  # vLLM's names for it, older first
+
+
+class Thinking(NamedTuple):
+    """How an answer carries the pool's reasoning: signed by `sealer`, its text left out if `omitted`."""
+
+    sealer: Sealer
+    omitted: bool
+
+    def shown(self, text: str) -> str:
+        return "" if self.omitted else text
+
+
+def thinking_of(request: Mapping[str, Any], sealer: Sealer) -> Thinking | None:
+    """The request's `thinking` as the answer's (None: reasoning is dropped). The request was
+    validated by `to_chat`; anything else here (an unparsed body) asks for none."""
+    value = request.get("thinking")
+    if not isinstance(value, dict) or value.get("type") not in _THINKING_ON:
+        return None
+    return Thinking(sealer, value.get("display") == "omitted")
+
+
+def reasoning_of(obj: Mapping[str, Any]) -> str:
+    for key in _REASONING:
+        v = obj.get(key)
+        if isinstance(v, str) and v:
+            return v
+    return ""
 
 
 def message_id(chat_id: Any) -> str:
@@ -145,8 +187,14 @@ def _tool_input(arguments: Any) -> dict[str, Any]:
     return parsed if isinstance(parsed, dict) else {"_raw": arguments}
 
 
-def _content(message: Mapping[str, Any], msg_id: str) -> tuple[list[dict[str, Any]], bool]:
+def _content(
+    message: Mapping[str, Any], msg_id: str, thinking: Thinking | None
+) -> tuple[list[dict[str, Any]], bool]:
     content: list[dict[str, Any]] = []
+    reasoning = reasoning_of(message) if thinking is not None else ""
+    if reasoning and thinking is not None:
+        shown = thinking.shown(reasoning)
+        content.append({"type": "thinking", "thinking": shown, "signature": thinking.sealer.sign(shown)})
     text = message.get("content")
     if isinstance(text, str) and text:
         content.append({"type": "text", "text": text})
@@ -166,13 +214,14 @@ def _content(message: Mapping[str, Any], msg_id: str) -> tuple[list[dict[str, An
     return content, bool(calls)
 
 
-def message_of(chat: Mapping[str, Any], model: Any) -> dict[str, Any]:
-    """A chat.completion as a Messages `Message` (`model`: the client's, echoed)."""
+def message_of(chat: Mapping[str, Any], model: Any, thinking: Thinking | None = None) -> dict[str, Any]:
+    """A chat.completion as a Messages `Message` (`model`: the client's, echoed; `thinking`: how to
+    answer the pool's reasoning, None to drop it)."""
     choices = chat.get("choices")
     choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else {}
     message = choice.get("message")
     msg_id = message_id(chat.get("id"))
-    content, tools = _content(message if isinstance(message, dict) else {}, msg_id)
+    content, tools = _content(message if isinstance(message, dict) else {}, msg_id, thinking)
     reason, sequence = stop_of(choice.get("finish_reason"), choice.get("stop_reason"), tools)
     return {
         "id": msg_id,
@@ -207,14 +256,16 @@ def event(kind: str, data: dict[str, Any]) -> bytes:
 class MessagesStream:
     """One streamed answer (gateway.dialects.StreamTranslator)."""
 
-    def __init__(self, model: Any) -> None:
+    def __init__(self, model: Any, thinking: Thinking | None = None) -> None:
         self._model = model
+        self._thinking = thinking
         self._id = "msg_0"
         self._started = False
         self._done = False
         self._blocks = 0  # content blocks started
         self._open: int | None = None  # the open block's index
         self._open_text = False  # the open block is a text block
+        self._reasoning: list[str] | None = None  # the open thinking block's text so far
         self._tools: dict[int, int] = {}  # chat tool call index -> block index
         self._finish: Any = None
         self._stop: Any = None
@@ -275,6 +326,10 @@ class MessagesStream:
     def _choice(self, choice: dict[str, Any], out: bytearray) -> None:
         delta = choice.get("delta")
         if isinstance(delta, dict):
+            if self._thinking is not None:
+                reasoning = reasoning_of(delta)
+                if reasoning:
+                    self._reason(reasoning, self._thinking, out)
             text = delta.get("content")
             if isinstance(text, str) and text:
                 self._text(text, out)
@@ -285,6 +340,17 @@ class MessagesStream:
         if choice.get("finish_reason") is not None:
             self._finish = choice.get("finish_reason")
             self._stop = choice.get("stop_reason")
+
+    def _reason(self, text: str, thinking: Thinking, out: bytearray) -> None:
+        if self._reasoning is None:
+            self._open_block({"type": "thinking", "thinking": "", "signature": ""}, out)
+            self._reasoning = []
+        if not thinking.omitted:  # omitted: the block carries no text, and its signature is of ""
+            self._reasoning.append(text)
+            delta = {"type": "thinking_delta", "thinking": text}
+            out += event(
+                "content_block_delta", {"type": "content_block_delta", "index": self._open, "delta": delta}
+            )
 
     def _text(self, text: str, out: bytearray) -> None:
         if not self._open_text:
@@ -327,7 +393,15 @@ class MessagesStream:
         return index
 
     def _close_block(self, out: bytearray) -> None:
+        if self._reasoning is not None and self._thinking is not None:
+            # The signature comes last, over the whole text (joined once: no quadratic concatenation).
+            shown = self._thinking.shown("".join(self._reasoning))
+            delta = {"type": "signature_delta", "signature": self._thinking.sealer.sign(shown)}
+            out += event(
+                "content_block_delta", {"type": "content_block_delta", "index": self._open, "delta": delta}
+            )
         if self._open is not None:
             out += event("content_block_stop", {"type": "content_block_stop", "index": self._open})
         self._open = None
         self._open_text = False
+        self._reasoning = None
