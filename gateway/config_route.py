@@ -9,6 +9,7 @@ the decision is `router.speculative.choose_pool`).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -17,6 +18,9 @@ from gateway.config_pool import Pool, PoolName
 from router.config import RoutingPolicy
 
 Problem = tuple[tuple[str | int, ...], str]
+# What a Responses request's hosted tools (web search, file search, code interpreter, MCP, ...: tools
+# OpenAI's servers run, which no pool can) get on this alias: dropped from the chat request, or a 400.
+HostedTools = Literal["drop", "reject"]
 
 
 class _Frozen(BaseModel):
@@ -68,6 +72,13 @@ class Route(_Frozen):
     policy: RoutingPolicy | None = Field(None, description="a routed alias: tiers, difficulty, cascade")
     speculative: SpeculativeRoute | None = Field(
         None, description="a speculative and a plain pool of one model, chosen per request by load"
+    )
+    hosted_tools: HostedTools = Field(
+        "drop",
+        description="Responses requests' hosted tools (web_search, file_search, code_interpreter, "
+        "image_generation, computer, mcp, tool_search): `drop` removes them from the request (the model "
+        "sees only the client's own tools), `reject` answers 400 naming the tool "
+        "(docs/design/022-dialects.md)",
     )
 
     @model_validator(mode="after")
