@@ -23,6 +23,7 @@ from fastapi import FastAPI
 from gateway.config import Policy
 from gateway.dialects.exchange import DialectSend
 from gateway.dialects.messages import MessagesDialect
+from gateway.dialects.seal import Sealer
 from gateway.edge.api import RELAY_PATHS, build_api
 from gateway.edge.drain import drain_on_sigterm
 from gateway.edge.exchange import Kind, Receive, RequestIds, Scope, Send, send_error
@@ -67,6 +68,8 @@ class GatewayApp:
     ) -> None:
         self.policy = policy
         self.settings = settings
+        # What the dialects sign for clients to send back: one key for every replica (LLMGW_SIGNING_KEY).
+        self.sealer = Sealer(settings.signing_key.encode() if settings.signing_key else None)
         self.transport = transport  # one transport for every replica (tests: a MockTransport)
         self.runtime: _Runtime | None = None
         self.ready = True  # false from SIGTERM on: load balancers stop sending, requests still served
@@ -139,6 +142,7 @@ class GatewayApp:
                 routed=self.routed,
                 observer=self.observer,
                 cache=self.cache,
+                sealer=self.sealer,
             )
         )
         self.runtime = _Runtime(relay, parts.metrics)

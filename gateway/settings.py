@@ -34,6 +34,12 @@ class Settings(BaseSettings):
     )
     redis_timeout_s: float = Field(0.25, gt=0, description="connect / operation timeout towards Redis")
     admin_key: str | None = Field(None, description="bearer key of the admin API; unset = admin API disabled")
+    signing_key: str | None = Field(
+        None,
+        min_length=16,
+        description="signs the opaque values clients send back (thinking signatures, encrypted reasoning); "
+        "every replica needs the same one; unset = a random key per process (values verify only there)",
+    )
     feedback_ttl_s: float = Field(
         3600.0, gt=0, description="how long an answer can be rated through POST /v1/feedback"
     )

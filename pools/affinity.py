@@ -4,6 +4,11 @@ vLLM's prefix cache matches whole leading blocks, so requests that share a long 
 a conversation's history) share their first blocks. Hashing the first `prefix_chars` characters of
 the rendered messages approximates "the leading prompt blocks" without a tokenizer on the hot path.
 blake2b (not Python's salted `hash`) so every gateway replica maps a prefix to the same replicas.
+
+A request naming its own cache key (`prompt_cache_key`: OpenAI's field, sent by Codex; the Messages
+dialect derives one from a conversation's `cache_control` breakpoints) is placed by that key instead:
+an agent's turns share their conversation's prefix, which the client knows better than the first
+characters do (its system prompt is the same for every conversation).
 """
 
 from __future__ import annotations
@@ -42,8 +47,13 @@ def prefix_text(body: dict[str, Any], limit: int) -> str:
     return ""
 
 
+CACHE_KEY_CHARS = 1024  # of a client's prompt_cache_key hashed (a longer one is no more specific)
+
+
 def prefix_key(body: dict[str, Any], limit: int) -> int | None:
-    text = prefix_text(body, limit)
+    named = body.get("prompt_cache_key")
+    text = ("\x1dkey\x1f" + named[:CACHE_KEY_CHARS]) if isinstance(named, str) and named else None
+    text = text or prefix_text(body, limit)
     if not text:
         return None
     digest = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).digest()

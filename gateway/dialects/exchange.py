@@ -36,7 +36,8 @@ class DialectSend:
     answer before that can only be an error, which needs none)."""
 
     __slots__ = (
-        "_send", "_dialect", "to_chat", "request", "_head", "_body", "_stream", "_carry", "_ended",
+        "_send", "_dialect", "to_chat", "request", "headers", "_head", "_body", "_stream", "_carry",
+        "_ended",
     )  # fmt: skip
 
     def __init__(
@@ -46,6 +47,7 @@ class DialectSend:
         self._dialect = dialect
         self.to_chat = to_chat  # the client's body as a chat request (the dialect's, or count_tokens')
         self.request: dict[str, Any] = {}
+        self.headers: list[tuple[bytes, bytes]] = []  # added to the answer's (what the translation dropped)
         self._head: Message | None = None  # a unary answer's head, held until its body
         self._body: list[bytes] = []
         self._stream: StreamTranslator | None = None
@@ -90,6 +92,8 @@ class DialectSend:
         sse = any(k == b"content-type" and v.startswith(b"text/event-stream") for k, v in headers)
         if status == 200 and sse:
             self._stream = self._dialect.stream(self.request)
+            if self.headers:
+                message = {**message, "headers": [*headers, *self.headers]}
             await self._send(message)
         else:
             self._head = message
@@ -112,6 +116,7 @@ class DialectSend:
             data = orjson.dumps(out)
         headers = [(k, v) for k, v in head.get("headers", []) if k != b"content-length"]
         headers.append((b"content-length", str(len(data)).encode()))
+        headers += self.headers
         await self._send({"type": "http.response.start", "status": status, "headers": headers})
         await self._send({"type": "http.response.body", "body": data, "more_body": False})
 

@@ -31,6 +31,8 @@ from gateway.edge.openapi import (
     CountTokensRequest,
     EmbeddingList,
     EmbeddingRequest,
+    InputTokens,
+    InputTokensRequest,
     MessageObject,
     MessagesRequest,
     ModelCard,
@@ -62,6 +64,7 @@ RELAY_PATHS = {
     "/v1/responses": Kind.RESPONSES,
     "/v1/messages": Kind.MESSAGES,
     "/v1/messages/count_tokens": Kind.COUNT_TOKENS,
+    "/v1/responses/input_tokens": Kind.INPUT_TOKENS,
 }
 
 _BODY_MODELS: dict[Kind, Any] = {
@@ -71,11 +74,13 @@ _BODY_MODELS: dict[Kind, Any] = {
     Kind.RESPONSES: (ResponsesRequest, ResponseObject),
     Kind.MESSAGES: (MessagesRequest, MessageObject),
     Kind.COUNT_TOKENS: (CountTokensRequest, TokenCount),
+    Kind.INPUT_TOKENS: (InputTokensRequest, InputTokens),
 }
 _SUMMARIES = {
     Kind.RESPONSES: "OpenAI Responses (translated to chat for the alias's pool)",
     Kind.MESSAGES: "Anthropic Messages (translated to chat for the alias's pool)",
-    Kind.COUNT_TOKENS: "Anthropic token counting (the pool's calibrated input estimate)",
+    Kind.COUNT_TOKENS: "Anthropic token counting (the pool's tokenizer; else its calibrated estimate)",
+    Kind.INPUT_TOKENS: "OpenAI Responses input counting (the pool's tokenizer; else its calibrated estimate)",
 }
 _STREAMED = (Kind.CHAT, Kind.COMPLETIONS, Kind.RESPONSES, Kind.MESSAGES)
 
@@ -273,7 +278,7 @@ def _openapi(api: FastAPI, aliases: list[str]) -> dict[str, Any]:
     schema = get_openapi(title=api.title, version=api.version, description=api.description, routes=api.routes)
     comps = schema.setdefault("components", {}).setdefault("schemas", {})
     requests = (ChatCompletionRequest, CompletionRequest, EmbeddingRequest, ResponsesRequest, MessagesRequest)
-    for model in (*requests, CountTokensRequest):
+    for model in (*requests, CountTokensRequest, InputTokensRequest):
         js = model.model_json_schema(ref_template="#/components/schemas/{model}")
         for name, sub in js.pop("$defs", {}).items():
             comps.setdefault(name, sub)

@@ -54,6 +54,7 @@ class Kind(StrEnum):
     RESPONSES = "responses"
     MESSAGES = "messages"
     COUNT_TOKENS = "count_tokens"  # Messages' token counting: nothing is generated
+    INPUT_TOKENS = "input_tokens"  # Responses' token counting: nothing is generated
 
     @property
     def asked(self) -> Kind:

@@ -108,6 +108,20 @@ class TokenCount(BaseModel):
     input_tokens: int
 
 
+class InputTokensRequest(_Open):
+    """A Responses request's input, counted (`POST /v1/responses/input_tokens`)."""
+
+    model: str
+    input: str | list[dict[str, Any]] | None = None
+    instructions: str | None = None
+    tools: list[dict[str, Any]] | None = None
+
+
+class InputTokens(BaseModel):
+    object: Literal["response.input_tokens"]
+    input_tokens: int
+
+
 class Usage(_Open):
     prompt_tokens: int
     completion_tokens: int | None = None

@@ -22,6 +22,7 @@ OPERATION = {
     Kind.RESPONSES: "chat",
     Kind.MESSAGES: "chat",
     Kind.COUNT_TOKENS: "count_tokens",
+    Kind.INPUT_TOKENS: "count_tokens",
 }
 _NULL: AbstractContextManager[None] = contextlib.nullcontext()
 

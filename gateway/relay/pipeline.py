@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from time import perf_counter
 from typing import TYPE_CHECKING, Any
 
@@ -32,8 +34,9 @@ from gateway.budget.admission import Admissions
 from gateway.config import CACHE_POOL, Policy
 from gateway.dialects import Dialect
 from gateway.dialects.exchange import DialectSend
-from gateway.dialects.messages import MessagesDialect, count_request
-from gateway.dialects.responses import ResponsesDialect
+from gateway.dialects.messages import MessagesDialect, count_request, dropped_tools
+from gateway.dialects.responses import ResponsesDialect, hosted_tools, reject_hosted
+from gateway.dialects.seal import Sealer
 from gateway.edge.exchange import (
     JSON_HEADERS,
     ClientGone,
@@ -79,6 +82,7 @@ from gateway.routing.table import Decided, Routes
 from gateway.tenancy.auth import Authenticator, Principal
 from gateway.upstream.calls import CallSpec, PoolCalls
 from gateway.upstream.pool_client import PoolClient
+from gateway.upstream.tokens import TokenCounter
 from gateway.upstream.transport import Transports
 
 if TYPE_CHECKING:
@@ -87,6 +91,11 @@ if TYPE_CHECKING:
 __all__ = ["Relay", "RelayParts"]
 
 _log = logging.getLogger("llmgw.relay")
+_COUNTING = (Kind.COUNT_TOKENS, Kind.INPUT_TOKENS)  # token counting: nothing is generated
+# Client-chosen tool names go into a response header only when they are plain names (no CR/LF, no
+# commas), at most _DROPPED_MAX of them.
+_TOOL_NAME = re.compile(r"[A-Za-z0-9_.:\-]{1,64}")
+_DROPPED_MAX = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +114,7 @@ class RelayParts:
     routed: dict[str, RoutedAlias] | None = None
     observer: Observer | None = None
     cache: ResponseCache | None = None
+    sealer: Sealer | None = None  # signs what the dialects hand out to come back (None: a key of its own)
 
 
 class Relay:
@@ -126,6 +136,10 @@ class Relay:
         self._observe = observer.per_request  # `Observer.start`/`begin` do something
         self._routes = Routes(parts.policy, parts.pools, metrics, parts.routed)
         calls = PoolCalls(parts.transports, metrics, trace)
+        self._tokens = TokenCounter(calls)  # the token-counting endpoints only
+        self._reject_hosted = frozenset(
+            m.name for m in parts.policy.models if m.route.hosted_tools == "reject"
+        )
         self._admissions = parts.admissions
         self._admit = Admit(parts.admissions, parts.ids, parts.policy.limits.input_bytes_per_token, trace)
         answers = AnswerReader(metrics)
@@ -148,11 +162,13 @@ class Relay:
         # Whether an answer's bytes may be kept: for the request log's text, the cache or an explorer.
         self._may_keep = self._keep_text or self._cached is not None or bool(parts.routed)
         # The dialects (gateway.dialects): each endpoint's translation of its request to chat.
-        responses, messages = ResponsesDialect(), MessagesDialect()
+        sealer = parts.sealer or Sealer()
+        responses, messages = ResponsesDialect(sealer=sealer), MessagesDialect(sealer=sealer)
         self._dialects: dict[Kind, tuple[Dialect, Callable[[dict[str, Any]], dict[str, Any]]]] = {
             Kind.RESPONSES: (responses, responses.to_chat),
             Kind.MESSAGES: (messages, messages.to_chat),
-            Kind.COUNT_TOKENS: (messages, count_request),
+            Kind.COUNT_TOKENS: (messages, partial(count_request, sealer=sealer)),
+            Kind.INPUT_TOKENS: (responses, responses.input_tokens_request),
         }
 
     async def handle(self, kind: Kind, scope: Scope, receive: Receive, send: Send) -> None:
@@ -206,7 +222,9 @@ class Relay:
         alias, adapter = self._routes.split_adapter(alias_of(body))
         ask = req.ask = Ask(body, alias, adapter)
         pools = self._permit(principal, alias)
-        if x.endpoint is Kind.COUNT_TOKENS:
+        if x.reply is not None:
+            self._tools_dropped(req, ask, x.reply)
+        if x.endpoint in _COUNTING:
             await self._count(req, ask)
             return
         if self._observe:
@@ -284,8 +302,10 @@ class Relay:
         return reply.to_chat(body)
 
     async def _count(self, req: RequestRecord, ask: Ask) -> None:
-        """`/v1/messages/count_tokens`: the input estimate of the alias's (first) pool, calibrated from
-        the prompt tokens it reports (gateway.budget.estimate). It spends the key's request rate."""
+        """`/v1/messages/count_tokens`, `/v1/responses/input_tokens`: the prompt counted by the alias's
+        (first) pool's tokenizer (gateway.upstream.tokens); when the pool cannot count, its input
+        estimate calibrated from the prompt tokens it reports (gateway.budget.estimate), and
+        `x-llmgw-token-count` says which. It spends the key's request rate."""
         x, who = req.http, req.who
         reply = x.reply
         assert reply is not None and who is not None
@@ -293,14 +313,51 @@ class Relay:
             route = self._routes.any_route(ask.alias)
         except KeyError:
             raise ModelNotFoundError.of(ask.alias) from None
-        tokens = self._admit.count(route.pool.config.name, input_size(Kind.CHAT, ask.body))
         await self._admissions.charge_request(self._ids.new().decode(), who.tenant)
-        data = orjson.dumps({"input_tokens": tokens})
+        tokens = await self._tokens.count(route.pool, ask.body, x.rid.decode())
+        how = b"exact"
+        if tokens is None:
+            tokens, how = (
+                self._admit.count(route.pool.config.name, input_size(Kind.CHAT, ask.body)),
+                b"estimate",
+            )
+        answer: dict[str, Any] = {"input_tokens": tokens}
+        if x.endpoint is Kind.INPUT_TOKENS:
+            answer = {"object": "response.input_tokens", "input_tokens": tokens}
+        data = orjson.dumps(answer)
         x.done()
-        head = [*JSON_HEADERS, (b"content-length", str(len(data)).encode()), (b"x-request-id", x.rid)]
+        head = [
+            *JSON_HEADERS,
+            (b"content-length", str(len(data)).encode()),
+            (b"x-request-id", x.rid),
+            (b"x-llmgw-token-count", how),
+            *reply.headers,
+        ]
         await reply.raw({"type": "http.response.start", "status": 200, "headers": head})
         await reply.raw({"type": "http.response.body", "body": data, "more_body": False})
         x.status = 200
+
+    def _tools_dropped(self, req: RequestRecord, ask: Ask, reply: DialectSend) -> None:
+        """A dialect request's tools the pool cannot run (hosted / Anthropic-defined tools): refused
+        when the alias's `hosted_tools` is `reject` (Responses), else left out by the translation and
+        named in `x-llmgw-dropped-tools`, the trace and the request log."""
+        endpoint, request = req.http.endpoint, reply.request
+        if endpoint in (Kind.RESPONSES, Kind.INPUT_TOKENS):
+            dropped = hosted_tools(request)
+            if dropped and ask.alias in self._reject_hosted:
+                raise reject_hosted(dropped, request)
+        else:
+            dropped = dropped_tools(request)
+        if not dropped:
+            return
+        names = [n if _TOOL_NAME.fullmatch(n) else "?" for n in dropped[:_DROPPED_MAX]]
+        reply.headers.append((b"x-llmgw-dropped-tools", ",".join(names).encode()))
+        obs = req.obs
+        if obs is not None:
+            if obs.span is not None:
+                self._trace.event(obs.span, "llmgw.tools_dropped", {"llmgw.tools": names})
+            if obs.notes is not None:
+                obs.notes["dropped_tools"] = names
 
     async def _authenticate(self, req: RequestRecord) -> Principal:
         """Stage 1: the caller (`req.who`), from its key alone: a bad key costs no body read or parse."""

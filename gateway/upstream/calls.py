@@ -70,6 +70,7 @@ class CallSpec:
     key: int | None = None  # prefix-affinity key
     priority: int = 0  # hold-queue priority
     adapter: Adapter | None = None  # a LoRA adapter's request: placed by adapter, loaded on demand
+    path: str | None = None  # another of the engine's endpoints than the kind's (e.g. `/tokenize`)
 
 
 class OpenStream:
@@ -212,7 +213,7 @@ class PoolCalls:
         return Request(
             "POST",
             replica.base,
-            PATHS[call.kind],
+            call.path or PATHS[call.kind],
             call.headers,
             call.payload,
             connect_s=t.connect_s,

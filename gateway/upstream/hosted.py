@@ -35,7 +35,7 @@ __all__ = ["LiteLLMTransport"]
 
 _DONE = b"data: [DONE]\n\n"
 # vLLM-only request fields that hosted providers reject.
-_VLLM_ONLY = ("ignore_eos", "continuous_usage_stats")
+_VLLM_ONLY = ("ignore_eos", "continuous_usage_stats", "chat_template_kwargs")  # hosted chat refuses these
 # LiteLLM's arguments for where and as whom to call: the pool's config decides them, never a body.
 _CONTROL = frozenset(
     {
@@ -174,6 +174,8 @@ class LiteLLMTransport:
             return _error(404, f"no hosted pool at {request.base}")
         pool, api_base = target
         lm = self._litellm
+        if request.path == "/tokenize":
+            return await self._tokenize(pool, request.body)
         call = {
             "/v1/chat/completions": lm.acompletion,
             "/v1/completions": lm.atext_completion,
@@ -203,3 +205,18 @@ class LiteLLMTransport:
             return _Stream(result, deadline, self._closers)
         answer: str = result.model_dump_json(exclude_none=True)
         return _Whole(200, answer.encode())
+
+    async def _tokenize(self, pool: Pool, payload: bytes) -> _Whole:
+        """vLLM's `/tokenize` for a hosted model: LiteLLM's counter (the provider's tokenizer where
+        LiteLLM knows it, else tiktoken's), off the event loop (it is CPU work on the whole prompt)."""
+        body = orjson.loads(payload)
+        try:
+            count = await asyncio.to_thread(
+                self._litellm.token_counter,
+                model=pool.model,
+                messages=body.get("messages"),
+                tools=body.get("tools"),
+            )
+        except Exception as exc:  # noqa: BLE001 - a counter failure is the pool's 400, as vLLM's would be
+            return _error(400, f"cannot count tokens: {exc}")
+        return _Whole(200, orjson.dumps({"count": count}))

@@ -228,8 +228,81 @@ def test_messages_create_and_stream_say_what_chat_says(backend: Backend) -> None
     assert streamed == text
     assert final.usage.output_tokens == completion_tokens and final.stop_reason == msg.stop_reason
     count = client.messages.count_tokens(model="tiny", messages=[{"role": "user", "content": QUESTION}])
-    # An estimate (the pool's calibrated one), not the engine's tokenizer: within a factor of two.
-    assert prompt_tokens / 2 <= count.input_tokens <= prompt_tokens * 2
+    assert count.input_tokens == prompt_tokens  # the engine's own tokenizer (issue 40)
+
+
+# Twenty varied conversations: one turn and many, system prompts (top level and in place, as Claude Code
+# sends one), Unicode, code, long and short, content blocks.
+COUNT_CASES: list[tuple[str | None, list[Any]]] = [
+    (None, [{"role": "user", "content": "hi"}]),
+    (None, [{"role": "user", "content": QUESTION}]),
+    ("You are terse.", [{"role": "user", "content": "Why is the sky blue?"}]),
+    (None, [{"role": "user", "content": "Zürich, naïve café, 東京 and 🎉"}]),
+    (None, [{"role": "user", "content": "def f(x):\n    return x ** 2  # square\n"}]),
+    (None, [{"role": "user", "content": "word " * 200}]),
+    ("Be kind." * 20, [{"role": "user", "content": "Tell me a story."}]),
+    (None, [{"role": "user", "content": [{"type": "text", "text": "one"}, {"type": "text", "text": "two"}]}]),
+    (None, [
+        {"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"},
+        {"role": "user", "content": "times 3?"},
+    ]),
+    ("S", [
+        {"role": "user", "content": "a"}, {"role": "assistant", "content": "b"},
+        {"role": "user", "content": "c"}, {"role": "assistant", "content": "d"},
+        {"role": "user", "content": "e"},
+    ]),
+    (None, [{"role": "user", "content": "   leading and trailing spaces   "}]),
+    (None, [{"role": "user", "content": "tabs\tand\nnew\nlines"}]),
+    (None, [{"role": "user", "content": "ünïcödé " * 30}]),
+    (None, [{"role": "user", "content": "SELECT * FROM users WHERE id = 1;"}]),
+    (None, [{"role": "user", "content": "1234567890 " * 20}]),
+    ("You translate.", [{"role": "user", "content": "Translate 'good morning' to French."}]),
+    (None, [{"role": "user", "content": "<html><body>hi</body></html>"}]),
+    (None, [{"role": "user", "content": "{\"key\": [1, 2, 3], \"nested\": {\"a\": null}}"}]),
+    (None, [
+        {"role": "user", "content": "Summarise."},
+        {"role": "system", "content": "The user prefers short answers."},
+    ]),
+    ("Long system. " * 40, [{"role": "user", "content": "ok"}]),
+]  # fmt: skip
+
+
+def test_count_tokens_equals_the_engines_tokenize(backend: Backend) -> None:
+    """Issue 40: count_tokens is vLLM's `/tokenize` count of the same conversation (the chat template
+    applied, as the engine counts a chat request's prompt), for twenty varied conversations."""
+    client = _anthropic(backend)
+    for system, messages in COUNT_CASES:
+        extra: Any = {"system": system} if system else {}
+        raw = client.messages.with_raw_response.count_tokens(model="tiny", messages=messages, **extra)
+        assert raw.headers["x-llmgw-token-count"] == "exact"
+        chat = ([{"role": "system", "content": system}] if system else []) + [
+            {"role": m["role"], "content": m["content"] if isinstance(m["content"], str)
+             else "\n".join(b["text"] for b in m["content"])}
+            for m in messages
+        ]  # fmt: skip
+        direct = httpx.post(
+            f"{backend.replicas[0]}/tokenize",
+            json={"model": "tiny", "messages": chat, "add_generation_prompt": True},
+            timeout=30,
+        )
+        assert direct.status_code == 200, direct.text
+        assert raw.parse().input_tokens == direct.json()["count"], (system, messages)
+
+
+def test_cache_read_input_tokens_on_a_repeated_prefix(backend: Backend) -> None:
+    """Issue 40: the cached prompt tokens the engine reports (`--enable-prompt-tokens-details`, replica 1)
+    come back as `cache_read_input_tokens` on the second turn of a conversation with a long prefix."""
+    client = _anthropic(backend)
+    system: Any = [
+        {"type": "text", "text": "You are a careful assistant. " * 60, "cache_control": {"type": "ephemeral"}}
+    ]
+    turn: Any = [{"role": "user", "content": "Say one word."}]
+    first = client.messages.create(model="tiny-details", max_tokens=2, system=system, messages=turn)
+    second = client.messages.create(model="tiny-details", max_tokens=2, system=system, messages=turn)
+    assert (first.usage.cache_read_input_tokens or 0) < (second.usage.cache_read_input_tokens or 0)
+    assert (second.usage.cache_read_input_tokens or 0) >= 128  # one whole KV block at least
+    total = first.usage.input_tokens + (first.usage.cache_read_input_tokens or 0)
+    assert second.usage.input_tokens + (second.usage.cache_read_input_tokens or 0) == total
 
 
 def test_messages_tool_round_trip(backend: Backend) -> None:

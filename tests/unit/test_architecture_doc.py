@@ -49,6 +49,7 @@ LAYERS: list[tuple[str, ...]] = [
         "gateway.app",
         "gateway.parts",
         "gateway.edge.api",
+        "gateway.edge.anthropic_models",
         "gateway.edge.drain",
         "gateway.edge.server",
         "gateway.edge._worker_protocol",

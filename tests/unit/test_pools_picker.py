@@ -147,3 +147,20 @@ def test_prefix_key_depends_only_on_the_leading_characters() -> None:
     assert prefix_key(_body("short", "a"), 2048) != prefix_key(_body("short", "b"), 2048)
     assert prefix_key({"prompt": "abc"}, 16) == prefix_key({"prompt": "abcd"}, 3)
     assert prefix_key({"input": "x"}, 16) is None
+
+
+def test_a_named_prompt_cache_key_places_the_request() -> None:
+    """Codex's `prompt_cache_key` (and the Messages dialect's, from cache_control) decides the replica:
+    turns of one conversation share it whatever their first characters; two conversations with the
+    same system prompt do not."""
+    turn1 = {**_body("the agent's long system prompt", "fix the bug"), "prompt_cache_key": "conv-1"}
+    turn2 = {**_body("the agent's long system prompt", "now run the tests"), "prompt_cache_key": "conv-1"}
+    other = {**_body("the agent's long system prompt", "fix the bug"), "prompt_cache_key": "conv-2"}
+    assert prefix_key(turn1, 16) == prefix_key(turn2, 16)
+    assert prefix_key(turn1, 16) != prefix_key(other, 16)
+    assert prefix_key({**turn1, "prompt_cache_key": ""}, 16) == prefix_key(
+        _body("the agent's long system prompt", "x"), 16
+    )
+    assert prefix_key({"prompt_cache_key": "k" * 5000}, 16) == prefix_key(
+        {"prompt_cache_key": "k" * 1024}, 16
+    )

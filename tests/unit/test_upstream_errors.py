@@ -143,13 +143,15 @@ def test_transport_failures_hide_addresses_and_log_them(
         assert any("10.1.2.3:19101" in r.getMessage() for r in caplog.records)
 
 
+LOGPROBS = (
+    "Requested sample logprobs of 25, which is greater than max allowed: 20 (parameter=logprobs, value=25)"  # noqa: E501
+)
+
+
 @pytest.mark.parametrize(
     ("said", "want"),
     [
-        (
-            "Requested sample logprobs of 25, which is greater than max allowed: 20 (parameter=logprobs, value=25)",
-            "Requested sample logprobs of 25, which is greater than max allowed: 20 (parameter=logprobs, value=25)",
-        ),
+        (LOGPROBS, LOGPROBS),
         ("Loading lora c failed: No adapter found for /models/adapters/c", "No adapter found for <path>"),
         (
             "connect 10.0.3.4:8000 and [fe80::1]:80 and 2001:db8:0:0:1:0:0:1",
