@@ -116,6 +116,11 @@ def _agent_flags(parser: argparse.ArgumentParser) -> None:
         metavar="R",
         help="simulator: share of requests offering tools (and no [[sim:call]] marker) that call one",
     )
+    parser.add_argument(
+        "--record-requests",
+        metavar="FILE.jsonl",
+        help="simulator: append every chat/completions request body to FILE, one JSON line each (tests)",
+    )
 
 
 def _lora_flags(parser: argparse.ArgumentParser) -> None:
@@ -213,6 +218,7 @@ def run(args: argparse.Namespace) -> int:
         prompt_tokens_details=args.enable_prompt_tokens_details,
         tool_call_rate=args.tool_call_rate,
         reasoning_parser=args.reasoning_parser,
+        record_requests=args.record_requests,
         **lora,
     )
     try:

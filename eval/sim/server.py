@@ -62,6 +62,7 @@ class SimConfig:
     runtime_lora: bool = False  # VLLM_ALLOW_RUNTIME_LORA_UPDATING: the load/unload routes exist
     tool_call_rate: float = 0.0  # --tool-call-rate (agent.py)
     reasoning_parser: str | None = None  # vLLM's --reasoning-parser (agent.py)
+    record_requests: str | None = None  # --record-requests: append each generation body to this JSONL file
 
 
 async def _read_body(receive: Receive) -> bytes:
@@ -269,7 +270,10 @@ class SimApp:
     ) -> None:
         raw = await _read_body(receive)
         try:
-            job = parse(self.ctx, decode_body(raw))
+            body = decode_body(raw)
+            if self.config.record_requests is not None:
+                self._record(body)
+            job = parse(self.ctx, body)
         except ApiError as exc:
             await _respond(send, exc.status, exc.body())
             return
@@ -296,6 +300,13 @@ class SimApp:
                 await self._generate_paced(receive, send, job, seqs, extra)
         finally:
             self.in_flight -= 1
+
+    def _record(self, body: dict[str, Any]) -> None:
+        # For tests of clients (agents) that see only the gateway: what reached the model, one JSON line
+        # per request, written before parsing so a refused body is on record too. Blocking, test-only.
+        assert self.config.record_requests is not None
+        with open(self.config.record_requests, "ab") as out:
+            out.write(orjson.dumps(body) + b"\n")
 
     @staticmethod
     def _cached(job: Job, seqs: list[Sequence]) -> int:

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -318,3 +319,19 @@ async def test_tokenize_counts_what_chat_usage_reports() -> None:
         assert missing.status_code == 400 and missing.json()["error"]["param"] == "body.prompt"
         unknown = await client.post("/tokenize", json={"model": "other", "prompt": "x"})
         assert unknown.status_code == 404
+
+
+async def test_record_requests_appends_each_body_even_a_refused_one(tmp_path: Path) -> None:
+    record = tmp_path / "requests.jsonl"
+    app = build_app(SimConfig(SimProfile(), ("small",), record_requests=str(record)))
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://sim") as client:
+        ok = body("Hi [[sim:call Bash]]")
+        assert (await client.post("/v1/chat/completions", json=ok)).status_code == 200
+        bad = {"model": "small", "messages": []}
+        assert (await client.post("/v1/chat/completions", json=bad)).status_code == 400
+        assert (
+            await client.post("/v1/completions", json={"prompt": "x", "max_tokens": 1})
+        ).status_code == 200
+    lines = [orjson.loads(line) for line in record.read_bytes().splitlines()]
+    assert lines == [ok, bad, {"prompt": "x", "max_tokens": 1}]
