@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 PORT   ?= 8080
 FUZZ_EXAMPLES ?= 200
 
-.PHONY: bench-instructions bench-redis-fill install run test test-lane-e2e test-lane-waits test-lane-checks test-lane-alone check lint typecheck unit integration e2e conformance vllm tiny-model fuzz bench-overhead bench-observe bench-pools router-encoder bench-router k8s-tools helm-check redis-stack bench-cache semantic-threshold peers-tools bench-peers bench-knee bench-capacity bench-soak bench-spec bench-lora lock clean
+.PHONY: bench-instructions bench-redis-fill install run test test-lane-e2e test-lane-waits test-lane-checks test-lane-alone check lint typecheck unit integration e2e conformance vllm tiny-model fuzz bench-overhead bench-observe bench-pools router-encoder bench-router k8s-tools helm-check agent-clis redis-stack bench-cache semantic-threshold peers-tools bench-peers bench-knee bench-capacity bench-soak bench-spec bench-lora lock clean
 
 $(STAMP): pyproject.toml constraints/gateway.txt eval/routing/export_encoder.py eval/routing/encoder_delta.py eval/routing/deltas/minilm-l3-gain.npz
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) on PATH"; exit 1; }
@@ -35,7 +35,7 @@ run: $(STAMP) $(if $(VLLM),tiny-model)
 PYTEST := $(BIN)/python -m pytest -q -p no:cacheprovider
 LAYERS_LOG := .run/test-layers.tsv
 LAYER = @$(BIN)/python -m tests.support.layers run $(LAYERS_LOG)
-test: $(STAMP) k8s-tools redis-stack tiny-model
+test: $(STAMP) k8s-tools redis-stack tiny-model agent-clis
 	@$(BIN)/python -m tests.support.layers start $(LAYERS_LOG)
 	@$(MAKE) --no-print-directory -j3 test-lane-e2e test-lane-waits test-lane-checks
 	@$(MAKE) --no-print-directory test-lane-alone
@@ -78,7 +78,7 @@ unit: $(STAMP)
 integration: $(STAMP) redis-stack
 	$(BIN)/python -m pytest -q tests/integration
 
-e2e: $(STAMP) redis-stack
+e2e: $(STAMP) redis-stack agent-clis
 	$(BIN)/python -m pytest -q tests/e2e
 
 VLLM_STAMP := .tools/vllm/.installed
@@ -191,6 +191,19 @@ bench-lora: $(STAMP)
 bench-soak: $(STAMP)
 	@command -v wrk >/dev/null 2>&1 || { echo "bench-soak needs wrk (apt-get install -y wrk)"; exit 1; }
 	$(BIN)/python -m eval.bench.peers.soak $(BENCH_ARGS)
+
+AGENT_CLIS := .tools/agents/.installed
+$(AGENT_CLIS): ci/agents/package.json ci/agents/package-lock.json
+	@command -v npm >/dev/null 2>&1 || { echo "agent-clis needs npm (Node 20 or later)"; exit 1; }
+	mkdir -p .tools/agents
+	cp ci/agents/package.json ci/agents/package-lock.json .tools/agents/
+	@# npm ci: exactly the lock's versions (the ones tests/e2e/agents last passed with), nothing newer.
+	npm ci --prefix .tools/agents --no-audit --no-fund --loglevel=error
+	@touch $@
+
+## agent-clis: Claude Code and Codex, pinned in ci/agents/package-lock.json, into .tools/agents (tests/e2e/agents;
+## ~20 s, once). Newer releases: bump ci/agents/package.json, `npm install --package-lock-only` there, re-test.
+agent-clis: $(AGENT_CLIS)
 
 K8S_TOOLS := .tools/bin/.installed
 $(K8S_TOOLS): scripts/install-k8s-tools
