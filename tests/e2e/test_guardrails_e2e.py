@@ -22,7 +22,7 @@ import pytest
 
 from gateway.tenancy.keys import generate_key, hash_key
 from tests.support.poll import wait_until
-from tests.support.procs import free_port
+from tests.support.procs import ROOT, free_port
 from tests.support.prom import metric
 from tests.support.stack import Stack
 
@@ -78,11 +78,13 @@ models:
   - {{name: redacting, route: {{pool: plain}}, max_tokens: {{default: 16, cap: 32}}, guardrails: rewrite}}
   - {{name: strict, route: {{pool: plain}}, max_tokens: {{default: 16, cap: 32}}, guardrails: refuse}}
   - {{name: open, route: {{pool: plain}}, max_tokens: {{default: 16, cap: 32}}}}
+  - {{name: folded, route: {{pool: plain}}, max_tokens: {{default: 16, cap: 32}}, guardrails: refuse_all}}
 guardrails:
   profiles:
     rewrite: {{secrets: redact, pii: redact, hidden_unicode: redact, injection: log}}
     refuse: {{secrets: block, injection: block, exfiltration: block, hidden_unicode: block}}
     goldtier: {{injection: block}}
+    refuse_all: {{secrets: block, pii: block, injection: block, exfiltration: block}}
   tiers: {{gold: goldtier}}
   keys:
     gold-e2e: {{max_prompt_chars: 300, allowed_tools: [get_weather]}}
@@ -231,3 +233,29 @@ def test_responses_dialect_is_screened_too(guarded: GuardStack) -> None:
     with pytest.raises(openai.BadRequestError) as exc:
         guarded.client().responses.create(model="strict", input=f"my token is {SECRET}")
     assert exc.value.code == "content_policy_violation" and SECRET not in exc.value.response.text
+
+
+BYPASS = [
+    json.loads(line) for line in (ROOT / "eval" / "guardrails" / "bypass.jsonl").read_text().splitlines()
+]
+
+
+def test_look_alikes_splits_and_encodings_are_refused(guarded: GuardStack) -> None:
+    """Issue 39: the red team's 42 disguised secrets, addresses, injections and exfiltration URLs
+    (look-alike letters, zero-width and soft-hyphen splits, a secret split across messages, base64 /
+    hex, `name` fields) are refused by a real gateway in block mode, before the pool; the same bodies
+    pass an alias without guardrails (they are well-formed requests)."""
+    client = guarded.client()
+    before = guarded.sim_requests()
+    missed = []
+    for case in BYPASS:
+        try:
+            client.chat.completions.create(model="folded", messages=case["messages"], max_tokens=4)
+            missed.append(case["id"])
+        except openai.BadRequestError as err:
+            assert err.code == "content_policy_violation", (case["id"], err)
+            assert case["protect"] not in str(err)  # the refusal never echoes what it found
+    assert not missed
+    assert guarded.sim_requests() == before  # nothing reached the pool
+    open_alias = client.chat.completions.create(model="open", messages=BYPASS[0]["messages"], max_tokens=4)
+    assert open_alias.choices[0].finish_reason in ("stop", "length")
