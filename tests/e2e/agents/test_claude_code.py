@@ -1,6 +1,10 @@
 """Claude Code (`claude -p`, Anthropic Messages, streamed) through the gateway: a plain prompt, and the
-Bash tool loop (call, result sent back, final answer), with every request answered 200 and the usage
-Claude Code reports equal to what the gateway logged."""
+Bash tool loop (thinking and call, result sent back with the thinking, final answer), with every request
+answered 200 and the usage Claude Code reports equal to what the gateway logged.
+
+Claude Code always streams: its only non-streamed request is a fallback after a stream failed midway,
+and the gateway answers a pool's failure before the first token with a 502, which Claude Code retries
+(streamed, with backoff) instead, so the non-streamed path is left to tests/e2e/test_dialects_e2e.py."""
 
 from __future__ import annotations
 
@@ -23,7 +27,11 @@ from tests.e2e.agents.conftest import (
 pytestmark = pytest.mark.e2e
 
 
-def claude(agents: AgentStack, tmp_path: Path, prompt: str, *args: str) -> tuple[dict[str, Any], Exchange]:
+def claude(
+    agents: AgentStack, tmp_path: Path, prompt: str, *args: str, stream_json: bool = False
+) -> tuple[dict[str, Any], list[dict[str, Any]], Exchange]:
+    """Run `claude -p`; the result object, the stream-json messages before it (with `stream_json`: every
+    block Claude Code received and the tool results it sent) and the exchange."""
     home, work = scratch(tmp_path)
     env = {
         "ANTHROPIC_BASE_URL": agents.gateway.url,
@@ -33,14 +41,22 @@ def claude(agents: AgentStack, tmp_path: Path, prompt: str, *args: str) -> tuple
         "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
         "DISABLE_AUTOUPDATER": "1",
     }
-    argv = [str(cli("claude")), "-p", prompt, "--model", ALIAS, "--output-format", "json", *args]
+    output = ["--output-format", "stream-json", "--verbose"] if stream_json else ["--output-format", "json"]
+    argv = [str(cli("claude")), "-p", prompt, "--model", ALIAS, *output, *args]
     proc, exchange = agents.run(argv, env, work)
     assert proc.returncode == 0, (
         f"claude exited {proc.returncode}: {proc.stdout[-2000:]}{proc.stderr[-2000:]}"
     )
-    out: dict[str, Any] = json.loads(proc.stdout)
+    lines = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    out = lines[-1]
+    assert out["type"] == "result", lines
     assert out["is_error"] is False and out["subtype"] == "success", out.get("result")
-    return out, exchange
+    return out, lines[:-1], exchange
+
+
+def blocks(messages: list[dict[str, Any]], role: str) -> list[dict[str, Any]]:
+    """The content blocks of the `role` messages of a stream-json run, in order."""
+    return [b for m in messages if m["type"] == role for b in m["message"]["content"]]
 
 
 def assert_clean(out: dict[str, Any], exchange: Exchange) -> None:
@@ -54,7 +70,7 @@ def assert_clean(out: dict[str, Any], exchange: Exchange) -> None:
 
 
 def test_plain_prompt_answers(agents: AgentStack, tmp_path: Path) -> None:
-    out, exchange = claude(agents, tmp_path, "Say hello")
+    out, _, exchange = claude(agents, tmp_path, "Say hello")
     assert_clean(out, exchange)
     assert out["result"].strip()
     # The simulator thinks first (Claude Code asks for thinking): none of it may leak into the answer.
@@ -62,9 +78,11 @@ def test_plain_prompt_answers(agents: AgentStack, tmp_path: Path) -> None:
     assert any("Say hello" in last_user_text(body) for body in exchange.requests)
 
 
+BASH_PROMPT = 'Run the command: echo hi [[sim:call Bash {"command": "echo hi"}]]'
+
+
 def test_bash_tool_loop_runs_the_command_and_answers(agents: AgentStack, tmp_path: Path) -> None:
-    prompt = 'Run the command: echo hi [[sim:call Bash {"command": "echo hi"}]]'
-    out, exchange = claude(agents, tmp_path, prompt, "--allowedTools", "Bash")
+    out, _, exchange = claude(agents, tmp_path, BASH_PROMPT, "--allowedTools", "Bash")
     assert_clean(out, exchange)
     assert out["result"] == "Done: hi" and out["num_turns"] == 2
     assert len(exchange.requests) == 2
@@ -74,3 +92,23 @@ def test_bash_tool_loop_runs_the_command_and_answers(agents: AgentStack, tmp_pat
     call, result = tool_round_trip([second], "Bash")
     assert json.loads(call["function"]["arguments"]) == {"command": "echo hi"}
     assert result["content"].strip() == "hi"  # the command ran, and its output came back
+
+
+def test_thinking_reaches_claude_code_signed_and_comes_back(agents: AgentStack, tmp_path: Path) -> None:
+    """stream-json shows every block Claude Code received. In this mode Claude Code 2.1.332 asks for
+    `thinking: {"type": "adaptive", "display": "updates"}` (beta thinking-display-updates-2026-08-18); a
+    gateway that refuses the value makes it retry without: two wasted 400s a turn, which this catches."""
+    out, messages, exchange = claude(
+        agents, tmp_path, BASH_PROMPT, "--allowedTools", "Bash", stream_json=True
+    )
+    assert_clean(out, exchange)
+    assert out["result"] == "Done: hi" and len(exchange.requests) == 2
+    # The pool's reasoning as a signed thinking block, then the call; the command ran; the second request
+    # (answered 200 above) carried the thinking block back, and the gateway verified its signature.
+    received = blocks(messages, "assistant")
+    assert [b["type"] for b in received] == ["thinking", "tool_use", "thinking", "text"]
+    assert received[0]["thinking"].startswith("Let me think.") and received[0]["signature"]
+    assert received[1]["name"] == "Bash" and received[1]["input"] == {"command": "echo hi"}
+    (sent,) = blocks(messages, "user")
+    assert sent["type"] == "tool_result" and sent["tool_use_id"] == received[1]["id"]
+    assert sent["content"] == "hi"
