@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 
 from gateway.tenancy.keys import generate_key, hash_key
+from tests.support.poll import wait_until
 from tests.support.procs import ROOT, free_port
 from tests.support.stack import Service, Stack
 
@@ -78,7 +79,16 @@ class AgentStack:
         with self.record.open("rb") as f:
             f.seek(seen_requests)
             requests = [json.loads(line) for line in f.read().splitlines() if line]
-        log = [json.loads(line) for line in self._log_lines()[seen_log:]]
+
+        # The gateway logs a request once its answer is out, so the CLI may exit first: each request the
+        # simulator answered has its 200 line within a moment (refused ones never reached it).
+        def logged() -> list[dict[str, Any]]:
+            new = [json.loads(line) for line in self._log_lines()[seen_log:]]
+            done = sum(1 for line in new if line["status"] == 200)
+            return new if new and done >= len(requests) else []
+
+        what = f"a 200 request-log line for each of the {len(requests)} requests the simulator answered"
+        log = wait_until(logged, what, timeout=5.0, interval=0.05)
         return proc, Exchange(requests, log, seconds)
 
 
