@@ -88,6 +88,7 @@ _STATUS_TYPES: Final[Mapping[int, str]] = MappingProxyType(
 
 _PING: Final = b'event: ping\ndata: {"type":"ping"}\n\n'
 _THINKING_ON: Final = frozenset({"enabled", "adaptive", "between_tools"})
+_HIDDEN = frozenset({"omitted", "updates"})  # displays whose thinking blocks carry no text
 _REASONING: Final = ("reasoning_content", "reasoning")  # vLLM's names for it, older first
 
 
@@ -107,7 +108,7 @@ def thinking_of(request: Mapping[str, Any], sealer: Sealer) -> Thinking | None:
     value = request.get("thinking")
     if not isinstance(value, dict) or value.get("type") not in _THINKING_ON:
         return None
-    return Thinking(sealer, value.get("display") == "omitted")
+    return Thinking(sealer, value.get("display") in _HIDDEN)
 
 
 def reasoning_of(obj: Mapping[str, Any]) -> str:

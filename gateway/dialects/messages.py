@@ -21,11 +21,12 @@ decision a line:
 - `system`-role messages inside `messages` (a string or text blocks): a chat `system` message at
   that position (empty ones are left out); the top-level `system` stays the leading one.
 - `thinking` (`enabled` with integer `budget_tokens` >= 1024, `adaptive`, `between_tools`,
-  `disabled`; optional `display`: `summarized` | `omitted`): validated (400 naming `thinking.*`),
-  then `chat_template_kwargs.enable_thinking` (true, or false for `disabled`; merged over a
-  client-sent `chat_template_kwargs`), and when on, `reasoning_effort` from `output_config.effort`.
-  Absent: nothing is added. `budget_tokens` is not held to `max_tokens` (interleaved thinking lets
-  it exceed it) and is not sent (the pool has no thinking budget).
+  `disabled`; optional `display`: `summarized` | `display` | `omitted` | `updates`, the last
+  answered as omitted): validated (400 naming `thinking.*`), then
+  `chat_template_kwargs.enable_thinking` (true, or false for `disabled`; merged over a client-sent
+  `chat_template_kwargs`), and when on, `reasoning_effort` from `output_config.effort`. Absent:
+  nothing is added. `budget_tokens` is not held to `max_tokens` (interleaved thinking lets it
+  exceed it) and is not sent (the pool has no thinking budget).
 - `output_config.effort` (`low` | `medium` | `high` | `xhigh` | `max`, else 400): with thinking on,
   `reasoning_effort` (`xhigh` and `max` -> `high`); otherwise validated and dropped.
 - `thinking` blocks in assistant turns: `thinking` and `signature` strings, the signature one this
@@ -79,7 +80,9 @@ _MEDIA_TYPES: Final = frozenset({"image/jpeg", "image/png", "image/gif", "image/
 _CHOICES: Final[Mapping[str, str]] = MappingProxyType({"auto": "auto", "any": "required", "none": "none"})
 _STREAM_OPTIONS: Final = MappingProxyType({"include_usage": True, "continuous_usage_stats": True})
 _THINKING_TYPES: Final = frozenset({"enabled", "adaptive", "between_tools", "disabled"})
-_DISPLAYS: Final = frozenset({"summarized", "omitted"})
+# `updates` (Anthropic's 2026-08 beta: progress notes between tool calls, reasoning hidden; Claude Code
+# sends it) is answered as `omitted`: a self-hosted pool writes no progress notes.
+_DISPLAYS: Final = frozenset({"summarized", "display", "omitted", "updates"})
 # Anthropic's effort levels as the reasoning_effort vLLM takes (low / medium / high).
 _EFFORTS: Final[Mapping[str, str]] = MappingProxyType(
     {"low": "low", "medium": "medium", "high": "high", "xhigh": "high", "max": "high"}
@@ -539,7 +542,9 @@ def _thinking(value: Any) -> bool | None:
         _int(value, "budget_tokens", 1024, "thinking.budget_tokens")
     display = value.get("display")
     if display is not None and (not isinstance(display, str) or display not in _DISPLAYS):
-        raise _bad("must be 'summarized' or 'omitted'", "thinking.display", "invalid_value")
+        raise _bad(
+            "must be one of summarized, display, omitted, updates", "thinking.display", "invalid_value"
+        )
     return kind != "disabled"
 
 
