@@ -96,8 +96,9 @@ def test_bash_tool_loop_runs_the_command_and_answers(agents: AgentStack, tmp_pat
 
 def test_thinking_reaches_claude_code_signed_and_comes_back(agents: AgentStack, tmp_path: Path) -> None:
     """stream-json shows every block Claude Code received. In this mode Claude Code 2.1.332 asks for
-    `thinking: {"type": "adaptive", "display": "updates"}` (beta thinking-display-updates-2026-08-18); a
-    gateway that refuses the value makes it retry without: two wasted 400s a turn, which this catches."""
+    `thinking: {"type": "adaptive", "display": "updates"}` (beta thinking-display-updates-2026-08-18),
+    which the gateway answers as "omitted": signed thinking blocks without their text. A refusal of the
+    value would make Claude Code retry without it (two wasted 400s a turn): assert_clean catches that."""
     out, messages, exchange = claude(
         agents, tmp_path, BASH_PROMPT, "--allowedTools", "Bash", stream_json=True
     )
@@ -107,7 +108,8 @@ def test_thinking_reaches_claude_code_signed_and_comes_back(agents: AgentStack, 
     # (answered 200 above) carried the thinking block back, and the gateway verified its signature.
     received = blocks(messages, "assistant")
     assert [b["type"] for b in received] == ["thinking", "tool_use", "thinking", "text"]
-    assert received[0]["thinking"].startswith("Let me think.") and received[0]["signature"]
+    assert received[0]["signature"] and received[2]["signature"]
+    assert received[0]["thinking"] == ""  # display omitted: the simulator's "Let me think. ..." is not sent
     assert received[1]["name"] == "Bash" and received[1]["input"] == {"command": "echo hi"}
     (sent,) = blocks(messages, "user")
     assert sent["type"] == "tool_result" and sent["tool_use_id"] == received[1]["id"]
