@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import ssl
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
+from redis.backoff import NoBackoff
 from redis.cluster import ClusterNode
 from redis.cluster import RedisCluster as ClusterClient
+from redis.retry import Retry
 from redis.sentinel import Sentinel
 
 from tests.support.redis_topologies import REDIS_SERVER, RedisCluster, SentinelGroup, TlsRedis, key_slot
@@ -78,7 +81,7 @@ def test_tls_server_refuses_what_it_must(tmp_path: Path) -> None:
             with tls.client(ca_file=tls.wrong_ca_file) as c:
                 c.ping()
         # A client certificate the server's CA did not sign.
-        wrong_cert = {
+        wrong_cert: dict[str, Any] = {
             "ssl_certfile": str(tls.wrong_client_cert_file),
             "ssl_keyfile": str(tls.wrong_client_key_file),
         }
@@ -90,7 +93,7 @@ def test_tls_server_refuses_what_it_must(tmp_path: Path) -> None:
         # Plain TCP on the TLS port: no answer a client could take for Redis.
         with (
             pytest.raises(redis.ConnectionError),
-            redis.Redis("127.0.0.1", tls.port, socket_timeout=1, retry=None) as c,
+            redis.Redis("127.0.0.1", tls.port, socket_timeout=1, retry=Retry(NoBackoff(), 0)) as c,
         ):
             c.ping()
         # Host name verification: the server certificate names localhost and 127.0.0.1.
