@@ -14,6 +14,9 @@
         tls.port, tls.ca_file, tls.client_cert_file, tls.client_key_file, tls.wrong_ca_file
         tls.client().ping()                           # redis-py with the CA, the client certificate, the user
 
+Each has `env()`: the gateway's LLMGW_REDIS_* settings for it (mode, URL or sentinels and master name;
+for TLS the CA, the client certificate and key, full verification, the ACL user and password).
+
 Everything is Debian's `redis-server` (7.0: cluster mode, TLS, and Sentinel as `redis-server CONF
 --sentinel`, which is what the redis-sentinel package runs). Each topology lives in a directory of its
 own under `workdir` (configuration, node files, certificates and keys, one log per process); starting
