@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 PORT   ?= 8080
 FUZZ_EXAMPLES ?= 200
 
-.PHONY: bench-instructions bench-redis-fill install run test test-lane-e2e test-lane-waits test-lane-checks test-lane-alone check lint typecheck unit integration e2e conformance vllm tiny-model fuzz bench-overhead bench-observe bench-pools router-encoder bench-router k8s-tools helm-check agent-clis redis-stack bench-cache semantic-threshold peers-tools bench-peers bench-knee bench-capacity bench-soak bench-spec bench-lora lock clean
+.PHONY: bench-instructions bench-redis-fill bench-redis-failover install run test test-lane-e2e test-lane-waits test-lane-checks test-lane-alone check lint typecheck unit integration e2e conformance vllm tiny-model fuzz bench-overhead bench-observe bench-pools router-encoder bench-router k8s-tools helm-check agent-clis redis-stack bench-cache semantic-threshold peers-tools bench-peers bench-knee bench-capacity bench-soak bench-spec bench-lora lock clean
 
 $(STAMP): pyproject.toml constraints/gateway.txt eval/routing/export_encoder.py eval/routing/encoder_delta.py eval/routing/deltas/minilm-l3-gain.npz
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) on PATH"; exit 1; }
@@ -115,6 +115,12 @@ bench-overhead: $(STAMP)
 # limiter, budgets held, keys still created (issue 39). BENCH_ARGS: e.g. --ratio 1.0 (no room check).
 bench-redis-fill: $(STAMP)
 	$(BIN)/python -m eval.bench.redis_fill $(BENCH_ARGS)
+
+## bench-redis-failover: two gateways, concurrent streams on a small budget, the Redis primary killed
+## (BENCH_ARGS="--topology sentinel|cluster --mode fail_open|fail_closed"): failures, recovery, overshoot,
+## slots held after lease_s (a report; ~1 min)
+bench-redis-failover: $(STAMP)
+	$(BIN)/python -m eval.bench.redis_failover $(BENCH_ARGS)
 
 bench-instructions: $(STAMP)
 	@command -v valgrind >/dev/null 2>&1 || { echo "bench-instructions needs valgrind and strace (apt-get install -y valgrind strace)"; exit 1; }
