@@ -56,7 +56,7 @@ def refused(values: dict[str, Any], helm: str, tmp_path: Path) -> str:
             id="keda-extra-trigger-metadata-number",
         ),
         pytest.param({"pools": [{"name": "Small_Pool", "model": "m"}]}, ["name"], id="pool-name-not-dns"),
-        pytest.param({"redis": {"mode": "sentinel"}}, ["mode"], id="redis-mode-enum"),
+        pytest.param({"redis": {"mode": "replicated"}}, ["mode"], id="redis-mode-enum"),
         pytest.param(
             {"redis": {"mode": "external", "external": {"url": "redis://user:secret@redis:6379/0"}}},
             ["url"],

@@ -66,6 +66,285 @@ app.kubernetes.io/component: {{ .component }}
 {{- printf "%s-redis" (include "llm-gateway.fullname" .) | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
+{{/*
+Redis (templates/redis.yaml, the gateway's env and mounts). `redisInChart`: the chart runs Redis itself
+(mode internal, or sentinel without external sentinels); `redisSentinelInChart`: the in-chart Sentinel
+group. Both non-empty when true.
+*/}}
+{{- define "llm-gateway.redisSentinelInChart" -}}
+{{- if and (eq .Values.redis.mode "sentinel") (not .Values.redis.sentinel.external.sentinels) -}}true{{- end -}}
+{{- end -}}
+
+{{- define "llm-gateway.redisInChart" -}}
+{{- if or (eq .Values.redis.mode "internal") (include "llm-gateway.redisSentinelInChart" .) -}}true{{- end -}}
+{{- end -}}
+
+{{/* Headless Service of the in-chart Sentinel group's data nodes (stable pod DNS names). */}}
+{{- define "llm-gateway.redisHeadless" -}}
+{{- printf "%s-redis-headless" (include "llm-gateway.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* StatefulSet and headless Service of the in-chart sentinels. */}}
+{{- define "llm-gateway.redisSentinelName" -}}
+{{- printf "%s-redis-sentinel" (include "llm-gateway.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* `host:port` of every in-chart data node (pod 0 first) as a YAML list; the pods' FQDNs. */}}
+{{- define "llm-gateway.redisNodeHosts" -}}
+{{- $out := list -}}
+{{- range $i := until (int (add1 .Values.redis.sentinel.replicas)) -}}
+{{- $out = append $out (printf "%s-%d.%s.%s.svc.%s:6379" (include "llm-gateway.redisName" $) $i (include "llm-gateway.redisHeadless" $) $.Release.Namespace $.Values.clusterDomain) -}}
+{{- end -}}
+{{- toYaml $out -}}
+{{- end -}}
+
+{{/* `host:port` of every sentinel the gateway asks (in-chart: the three pods' FQDNs) as a YAML list. */}}
+{{- define "llm-gateway.redisSentinelHosts" -}}
+{{- if include "llm-gateway.redisSentinelInChart" . -}}
+{{- $out := list -}}
+{{- $name := include "llm-gateway.redisSentinelName" . -}}
+{{- range $i := until 3 -}}
+{{- $out = append $out (printf "%s-%d.%s.%s.svc.%s:26379" $name $i $name $.Release.Namespace $.Values.clusterDomain) -}}
+{{- end -}}
+{{- toYaml $out -}}
+{{- else -}}
+{{- toYaml .Values.redis.sentinel.external.sentinels -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+Render-time checks of `redis` that values.schema.json cannot express (or words less clearly: with
+--skip-schema-validation these are the only ones).
+*/}}
+{{- define "llm-gateway.redisChecks" -}}
+{{- $r := .Values.redis -}}
+{{- $tls := $r.tls -}}
+{{- if eq $r.mode "external" -}}
+{{- if not (or $r.external.secretName $r.external.url) -}}
+{{- fail "redis.mode is external: give redis.external.secretName (preferred) or redis.external.url" -}}
+{{- end -}}
+{{- if and $r.external.url (not $r.external.secretName) -}}
+{{- if and $tls.enabled (hasPrefix "redis://" $r.external.url) -}}
+{{- fail (printf "redis.tls.enabled is true but redis.external.url (%s) is redis://: use rediss://" $r.external.url) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- if and (eq $r.mode "cluster") (not $r.cluster.seeds) -}}
+{{- fail "redis.mode is cluster: list seed nodes of the cluster in redis.cluster.seeds (host:port, e.g. the configuration endpoint of a managed cluster-mode Redis)" -}}
+{{- end -}}
+{{- if and (eq $r.mode "sentinel") (not $r.sentinel.masterName) -}}
+{{- fail "redis.mode is sentinel: redis.sentinel.masterName must name the monitored primary" -}}
+{{- end -}}
+{{- if and (eq $r.mode "cluster") $tls.serverName -}}
+{{- fail "redis.tls.serverName does not apply to redis.mode cluster (the gateway checks each node's own name): remove it, or use redis.tls.verify: ca" -}}
+{{- end -}}
+{{- $sa := $r.sentinel.external.auth -}}
+{{- if and $sa.username (not $sa.secretName) -}}
+{{- fail (printf "redis.sentinel.external.auth.username (%s) needs its password: set redis.sentinel.external.auth.secretName" $sa.username) -}}
+{{- end -}}
+{{- if and (or $sa.username $sa.secretName) (not (and (eq $r.mode "sentinel") $r.sentinel.external.sentinels)) -}}
+{{- fail "redis.sentinel.external.auth is for external sentinels (redis.mode sentinel with redis.sentinel.external.sentinels); the in-chart sentinels take no password" -}}
+{{- end -}}
+{{- if and $r.auth.username (not $r.auth.secretName) -}}
+{{- fail (printf "redis.auth.username (%s) needs its password: set redis.auth.secretName (and redis.auth.key)" $r.auth.username) -}}
+{{- end -}}
+{{- if and $tls.ca.secretName $tls.ca.configMapName -}}
+{{- fail "redis.tls.ca: give secretName or configMapName, not both" -}}
+{{- end -}}
+{{- if not $tls.enabled -}}
+{{- range $what, $set := dict "redis.tls.ca" (or $tls.ca.secretName $tls.ca.configMapName) "redis.tls.clientCert" $tls.clientCert.secretName "redis.tls.server" $tls.server.secretName "redis.tls.serverName" $tls.serverName -}}
+{{- if $set -}}
+{{- fail (printf "%s is set but redis.tls.enabled is false: enable TLS or remove it" $what) -}}
+{{- end -}}
+{{- end -}}
+{{- else if include "llm-gateway.redisInChart" . -}}
+{{- if not $tls.server.secretName -}}
+{{- fail (printf "redis.tls.enabled with the in-chart Redis (redis.mode %s) needs redis.tls.server.secretName: the Secret with the servers' certificate, key and CA (e.g. from cert-manager)" $r.mode) -}}
+{{- end -}}
+{{- else if $tls.server.secretName -}}
+{{- fail (printf "redis.tls.server is for the in-chart Redis (redis.mode internal, or sentinel without redis.sentinel.external.sentinels), not redis.mode %s" $r.mode) -}}
+{{- end -}}
+{{- if and (eq $r.mode "none") (or $tls.enabled $r.auth.secretName) -}}
+{{- fail "redis.mode is none: redis.auth and redis.tls do not apply" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The gateway's Redis environment (settings read by gateway/settings.py): a YAML list of EnvVar. */}}
+{{- define "llm-gateway.redisGatewayEnv" -}}
+{{- $r := .Values.redis -}}
+{{- $tls := $r.tls -}}
+{{- $env := list -}}
+{{- if ne $r.mode "none" -}}
+{{- $scheme := ternary "rediss" "redis" (and $tls.enabled true) -}}
+{{- if eq $r.mode "internal" -}}
+{{- $env = append $env (dict "name" "LLMGW_REDIS_MODE" "value" "standalone") -}}
+{{- $env = append $env (dict "name" "LLMGW_REDIS_URL" "value" (printf "%s://%s:6379/0" $scheme (include "llm-gateway.redisName" .))) -}}
+{{- else if eq $r.mode "external" -}}
+{{- $env = append $env (dict "name" "LLMGW_REDIS_MODE" "value" "standalone") -}}
+{{- if $r.external.secretName -}}
+{{- $env = append $env (dict "name" "LLMGW_REDIS_URL" "valueFrom" (dict "secretKeyRef" (dict "name" $r.external.secretName "key" $r.external.key))) -}}
+{{- else -}}
+{{- $env = append $env (dict "name" "LLMGW_REDIS_URL" "value" $r.external.url) -}}
+{{- end -}}
+{{- else if eq $r.mode "sentinel" -}}
+{{- $env = append $env (dict "name" "LLMGW_REDIS_MODE" "value" "sentinel") -}}
+{{- $env = append $env (dict "name" "LLMGW_REDIS_SENTINELS" "value" (include "llm-gateway.redisSentinelHosts" . | fromYamlArray | join ",")) -}}
+{{- $env = append $env (dict "name" "LLMGW_REDIS_SENTINEL_MASTER" "value" $r.sentinel.masterName) -}}
+{{- with $r.sentinel.external.auth.username -}}
+{{- $env = append $env (dict "name" "LLMGW_REDIS_SENTINEL_USERNAME" "value" .) -}}
+{{- end -}}
+{{- if $r.sentinel.external.auth.secretName -}}
+{{- /* No file variant of this setting in the gateway: from the Secret into the environment. */ -}}
+{{- $env = append $env (dict "name" "LLMGW_REDIS_SENTINEL_PASSWORD" "valueFrom" (dict "secretKeyRef" (dict "name" $r.sentinel.external.auth.secretName "key" $r.sentinel.external.auth.key))) -}}
+{{- end -}}
+{{- else if eq $r.mode "cluster" -}}
+{{- $urls := list -}}
+{{- range $r.cluster.seeds -}}
+{{- $urls = append $urls (printf "%s://%s" $scheme .) -}}
+{{- end -}}
+{{- $env = append $env (dict "name" "LLMGW_REDIS_MODE" "value" "cluster") -}}
+{{- $env = append $env (dict "name" "LLMGW_REDIS_URL" "value" (join "," $urls)) -}}
+{{- end -}}
+{{- with $r.auth.username -}}
+{{- $env = append $env (dict "name" "LLMGW_REDIS_USERNAME" "value" .) -}}
+{{- end -}}
+{{- if $r.auth.secretName -}}
+{{- $env = append $env (dict "name" "LLMGW_REDIS_PASSWORD_FILE" "value" "/etc/llmgw-redis/auth/password") -}}
+{{- end -}}
+{{- /* A rediss:// URL means TLS even without redis.tls (system CAs, full verification). */ -}}
+{{- $rediss := and (eq $r.mode "external") (not $r.external.secretName) (hasPrefix "rediss://" $r.external.url) -}}
+{{- $env = append $env (dict "name" "LLMGW_REDIS_TLS" "value" (ternary "true" "false" (or $tls.enabled $rediss))) -}}
+{{- if $tls.enabled -}}
+{{- $env = append $env (dict "name" "LLMGW_REDIS_TLS_VERIFY" "value" $tls.verify) -}}
+{{- if or $tls.ca.secretName $tls.ca.configMapName (include "llm-gateway.redisInChart" .) -}}
+{{- $env = append $env (dict "name" "LLMGW_REDIS_TLS_CA_FILE" "value" "/etc/llmgw-redis/tls-ca/ca.crt") -}}
+{{- end -}}
+{{- if $tls.clientCert.secretName -}}
+{{- $env = append $env (dict "name" "LLMGW_REDIS_TLS_CERT_FILE" "value" "/etc/llmgw-redis/tls-client/tls.crt") -}}
+{{- $env = append $env (dict "name" "LLMGW_REDIS_TLS_KEY_FILE" "value" "/etc/llmgw-redis/tls-client/tls.key") -}}
+{{- end -}}
+{{- with $tls.serverName -}}
+{{- $env = append $env (dict "name" "LLMGW_REDIS_TLS_SERVER_NAME" "value" .) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- toYaml $env -}}
+{{- end -}}
+
+{{/*
+The gateway's Redis files, read-only (YAML map with `mounts` and `volumes`): the password, the CA bundle
+(redis.tls.ca, or the in-chart servers' CA) and the client certificate and key.
+*/}}
+{{- define "llm-gateway.redisGatewayFiles" -}}
+{{- $r := .Values.redis -}}
+{{- $tls := $r.tls -}}
+{{- $mounts := list -}}
+{{- $volumes := list -}}
+{{- if and (ne $r.mode "none") $r.auth.secretName -}}
+{{- $mounts = append $mounts (dict "name" "redis-auth" "mountPath" "/etc/llmgw-redis/auth" "readOnly" true) -}}
+{{- $volumes = append $volumes (dict "name" "redis-auth" "secret" (dict "secretName" $r.auth.secretName "defaultMode" 288 "items" (list (dict "key" $r.auth.key "path" "password")))) -}}
+{{- end -}}
+{{- if and (ne $r.mode "none") $tls.enabled -}}
+{{- $ca := dict -}}
+{{- if $tls.ca.secretName -}}
+{{- $ca = dict "secret" (dict "secretName" $tls.ca.secretName "defaultMode" 292 "items" (list (dict "key" $tls.ca.key "path" "ca.crt"))) -}}
+{{- else if $tls.ca.configMapName -}}
+{{- $ca = dict "configMap" (dict "name" $tls.ca.configMapName "defaultMode" 292 "items" (list (dict "key" $tls.ca.key "path" "ca.crt"))) -}}
+{{- else if include "llm-gateway.redisInChart" . -}}
+{{- $ca = dict "secret" (dict "secretName" $tls.server.secretName "defaultMode" 292 "items" (list (dict "key" $tls.server.caKey "path" "ca.crt"))) -}}
+{{- end -}}
+{{- if $ca -}}
+{{- $mounts = append $mounts (dict "name" "redis-tls-ca" "mountPath" "/etc/llmgw-redis/tls-ca" "readOnly" true) -}}
+{{- $volumes = append $volumes (merge (dict "name" "redis-tls-ca") $ca) -}}
+{{- end -}}
+{{- if $tls.clientCert.secretName -}}
+{{- $c := $tls.clientCert -}}
+{{- $mounts = append $mounts (dict "name" "redis-tls-client" "mountPath" "/etc/llmgw-redis/tls-client" "readOnly" true) -}}
+{{- $volumes = append $volumes (dict "name" "redis-tls-client" "secret" (dict "secretName" $c.secretName "defaultMode" 288 "items" (list (dict "key" $c.certKey "path" "tls.crt") (dict "key" $c.keyKey "path" "tls.key")))) -}}
+{{- end -}}
+{{- end -}}
+{{- toYaml (dict "mounts" $mounts "volumes" $volumes) -}}
+{{- end -}}
+
+{{/*
+Environment of the in-chart Redis containers shared by data nodes and sentinels (redis.sh reads it):
+credentials and TLS files, and in Sentinel mode the group's names. Call with (dict "ctx" $ "announce"
+"<headless service>" or "").
+*/}}
+{{- define "llm-gateway.redisServerEnv" -}}
+{{- $ := .ctx -}}
+{{- $r := $.Values.redis -}}
+- {name: REDIS_CONF_DIR, value: /conf}
+{{- if $r.auth.secretName }}
+- {name: REDIS_PASSWORD_FILE, value: /auth/password}
+{{- with $r.auth.username }}
+- {name: REDIS_USERNAME, value: {{ . | quote }}}
+{{- end }}
+{{- end }}
+{{- if $r.tls.enabled }}
+- {name: REDIS_TLS, value: "yes"}
+- {name: REDIS_TLS_CERT_FILE, value: /tls/tls.crt}
+- {name: REDIS_TLS_KEY_FILE, value: /tls/tls.key}
+- {name: REDIS_TLS_CA_FILE, value: /tls/ca.crt}
+# Client certificates required when the gateway has one (redis.tls.clientCert), signed by the same CA.
+- {name: REDIS_TLS_AUTH_CLIENTS, value: {{ ternary "yes" "no" (not (empty $r.tls.clientCert.secretName)) | quote }}}
+{{- end }}
+{{- if .announce }}
+- name: POD_NAME
+  valueFrom:
+    fieldRef: {fieldPath: metadata.name}
+- {name: REDIS_ANNOUNCE_HOST, value: {{ printf "$(POD_NAME).%s.%s.svc.%s" .announce $.Release.Namespace $.Values.clusterDomain | quote }}}
+- {name: REDIS_MASTER_NAME, value: {{ $r.sentinel.masterName | quote }}}
+{{- $nodes := include "llm-gateway.redisNodeHosts" $ | fromYamlArray }}
+- {name: REDIS_INITIAL_PRIMARY, value: {{ first $nodes | quote }}}
+- {name: REDIS_NODES, value: {{ join " " $nodes | quote }}}
+- {name: REDIS_SENTINELS, value: {{ include "llm-gateway.redisSentinelHosts" $ | fromYamlArray | join " " | quote }}}
+{{- end }}
+{{- end -}}
+
+{{/* Volumes of the in-chart Redis pods besides data: the scripts, the generated config, credentials, TLS. */}}
+{{- define "llm-gateway.redisServerVolumes" -}}
+{{- $r := .Values.redis -}}
+- name: scripts
+  configMap:
+    name: {{ include "llm-gateway.redisName" . }}-scripts
+    defaultMode: 292 # 0444
+# The generated configuration (it holds the password): in memory, rewritten at every start.
+- name: conf
+  emptyDir:
+    medium: Memory
+    sizeLimit: 1Mi
+{{- if $r.auth.secretName }}
+- name: auth
+  secret:
+    secretName: {{ $r.auth.secretName }}
+    defaultMode: 288 # 0440
+    items:
+      - {key: {{ $r.auth.key }}, path: password}
+{{- end }}
+{{- if $r.tls.enabled }}
+- name: tls
+  secret:
+    secretName: {{ $r.tls.server.secretName }}
+    defaultMode: 288 # 0440
+    items:
+      - {key: {{ $r.tls.server.certKey }}, path: tls.crt}
+      - {key: {{ $r.tls.server.keyKey }}, path: tls.key}
+      - {key: {{ $r.tls.server.caKey }}, path: ca.crt}
+{{- end }}
+{{- end -}}
+
+{{- define "llm-gateway.redisServerMounts" -}}
+- {name: scripts, mountPath: /scripts, readOnly: true}
+- {name: conf, mountPath: /conf}
+{{- if .Values.redis.auth.secretName }}
+- {name: auth, mountPath: /auth, readOnly: true}
+{{- end }}
+{{- if .Values.redis.tls.enabled }}
+- {name: tls, mountPath: /tls, readOnly: true}
+{{- end }}
+{{- end -}}
+
 {{/* Resource name of a pool: call with (dict "ctx" $ "pool" $pool). */}}
 {{- define "llm-gateway.poolName" -}}
 {{- printf "%s-pool-%s" (include "llm-gateway.fullname" .ctx) .pool.name | trunc 63 | trimSuffix "-" -}}
