@@ -114,7 +114,9 @@ def test_gateway_probes_and_graceful_shutdown(docs: list[Doc]) -> None:
     assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
     env = _env(c)
     assert env["LLMGW_HOST"] == "0.0.0.0" and env["LLMGW_CONFIG"] == "/etc/llmgw/config.yaml"
-    assert env.get("LLMGW_REDIS_URL") or any(e["name"] == "LLMGW_REDIS_URL" for e in c["env"])
+    names = {e["name"] for e in c["env"]}
+    # Redis is named by a URL, or (sentinel mode) by the sentinels and the primary's name.
+    assert "LLMGW_REDIS_URL" in names or {"LLMGW_REDIS_SENTINELS", "LLMGW_REDIS_SENTINEL_MASTER"} <= names
     drain = float(env["LLMGW_DRAIN_SECONDS"]) + float(env["LLMGW_DRAIN_DELAY_S"])
     assert spec["terminationGracePeriodSeconds"] >= drain
     assert spec.get("topologySpreadConstraints"), "gateway pods are not spread"
