@@ -15,7 +15,8 @@ per-replica state machine `pools.breaker.Breaker` share a name. The rest of the 
   ROUND_ROBIN, LEAST_LOAD, AFFINITY, AFFINITY_SPILL), `pools.breaker` (Breaker, State),
   `pools.budget` (RetryBudget), `pools.vllm_metrics` (parse_load), `pools.lora` (a replica's LoRA
   adapters and adapter-aware placement: Adapters, LoraPicking, place), `pools.spec_decode` and
-  `pools.tpot_curve` (speculative decoding's acceptance and TPOT-vs-batch curves);
+  `pools.tpot_curve` (speculative decoding's acceptance and TPOT-vs-batch curves), `pools.fair` (the
+  hold queue's order: FairQueue, Flow, tenant_of);
 - the runtime (asyncio, socket, httpx): `pools.pool` (ReplicaPool, NoCapacity), `pools.discovery`
   (Discovery, StaticDiscovery, DnsDiscovery, discovery_for, url_of), `pools.kube` (ready_urls),
   `pools.scraper` (Scraper, Fetch, httpx_fetch), `pools.runtime` (PoolRuntime);

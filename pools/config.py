@@ -96,6 +96,39 @@ class Breaker(_Frozen):
     open_s: float = Field(10.0, gt=0, description="time open before a half-open probe is let through")
 
 
+# Hold-queue priority bands by name (a tier's `priority` in the gateway's limits; the drift canary and
+# the explorer's background requests are band -1): higher bands are served first.
+BANDS: dict[str, int] = {"premium": 1, "standard": 0, "background": -1}
+LowerBand = Literal["standard", "background"]
+Weight = Annotated[float, Field(gt=0)]
+
+
+class Fairness(_Frozen):
+    """How held requests share a saturated pool (pools.fair, docs/design/010-pools.md)."""
+
+    enabled: bool = Field(
+        True,
+        description="weighted fair queuing between tenants and minimum shares of lower bands; false: "
+        "strict priority then arrival order",
+    )
+    by: Literal["org", "app"] = Field("org", description="the tenant: an org, or each app of an org")
+    tier_weights: dict[str, Weight] = Field(
+        {}, description="tier name -> weight of its tenants (default 1): the share of tokens when backlogged"
+    )
+    org_weights: dict[str, Weight] = Field({}, description="org name -> weight; overrides its tier's")
+    min_share: dict[LowerBand, Annotated[float, Field(ge=0, lt=1)]] = Field(
+        {"standard": 0.05},
+        description="band -> share of dispatched tokens it keeps while a higher band is backlogged "
+        "(0: strict priority, it waits until the higher bands are empty)",
+    )
+
+    @model_validator(mode="after")
+    def _shares_leave_room(self) -> Fairness:
+        if sum(self.min_share.values()) >= 1:
+            raise ValueError("the min_share values must add up to less than 1 (the top band needs a share)")
+        return self
+
+
 class Admission(_Frozen):
     max_queued: int = Field(256, ge=0, description="requests held per pool at most; more get 503 at once")
     max_wait_s: float = Field(
@@ -104,3 +137,4 @@ class Admission(_Frozen):
     cold_start_timeout_s: float = Field(
         120.0, ge=0, description="longest hold while the pool has no ready replica (scale from zero)"
     )
+    fairness: Fairness = Field(Fairness(), description="the order held requests are served in")

@@ -3,15 +3,16 @@
 `acquire` is the relay's entry: pick now when some replica is eligible; otherwise hold the request
 in a bounded, priority-ordered queue until a replica frees up, appears (scale from zero), or comes
 out of its breaker -- or until the wait limit (`max_wait_s`, or `cold_start_timeout_s` while the
-pool has no replica at all), then `NoCapacity`. Held requests are served highest priority first,
-then first come. `dispatch` runs whenever that may have changed: a release, a membership change,
-the end of a scrape round (saturation and breaker timers move with the clock).
+pool has no replica at all), then `NoCapacity`. Held requests are served in the order of
+`pools.fair`: priority bands (lower bands keep a minimum share), and within a band weighted fair
+queuing between tenants by tokens served (`settle` corrects an estimate to the real usage).
+`dispatch` runs whenever that may have changed: a release, a membership change, the end of a scrape
+round (saturation and breaker timers move with the clock).
 """
 
 from __future__ import annotations
 
 import asyncio
-import heapq
 import itertools
 import random
 import time
@@ -22,6 +23,7 @@ from pools.breaker import Breaker
 from pools.budget import RetryBudget
 from pools.config import Admission, Balancing, Retries, Saturation
 from pools.config import Breaker as BreakerConfig
+from pools.fair import FairQueue, Flow, band_shares, tenant_of
 from pools.lora import PLACEMENTS, Adapters, LoraPicking
 from pools.picker import REASONS, Pick, pick, pick_adapter
 from pools.replica import Replica, salt_of
@@ -48,12 +50,12 @@ class PoolStats:
     placements: dict[str, int] = field(default_factory=lambda: dict.fromkeys(PLACEMENTS, 0))
 
 
-@dataclass(order=True, slots=True)
+@dataclass(slots=True, eq=False)
 class _Waiter:
-    rank: tuple[int, int]  # (-priority, arrival order)
-    key: int | None = field(compare=False)
-    adapter: str | None = field(compare=False)
-    future: asyncio.Future[Replica] = field(compare=False)
+    key: int | None
+    adapter: str | None
+    future: asyncio.Future[Replica]
+    flow: Flow | None
 
 
 class ReplicaPool:
@@ -84,8 +86,7 @@ class ReplicaPool:
         self._clock = clock
         self._rand = rand or random.Random()
         self._turn = itertools.count()
-        self._order = itertools.count()
-        self._waiters: list[_Waiter] = []
+        self._waiters: FairQueue[_Waiter] = FairQueue(band_shares(admission.fairness))
         # Called with the seconds a held request waited (placed or not): the gateway's histogram.
         self.on_wait: Callable[[float], None] | None = None
 
@@ -177,7 +178,11 @@ class ReplicaPool:
         self.stats.picks[choice.reason] += 1
         return r
 
-    async def acquire(self, key: int | None, priority: int = 0, adapter: str | None = None) -> Replica:
+    async def acquire(
+        self, key: int | None, priority: int = 0, adapter: str | None = None, flow: Flow | None = None
+    ) -> Replica:
+        """A replica for the request; `priority` is its band, `flow` its tenant and input estimate
+        (the hold queue's order, `pools.fair`; None: one anonymous tenant)."""
         self.budget.record_request(self._clock())
         if not self._waiters:  # never overtake a held request
             r = self.try_pick(key, adapter=adapter)
@@ -193,8 +198,9 @@ class ReplicaPool:
             self.stats.queue_full += 1
             raise NoCapacity(f"pool '{self.name}' has no free replica and its queue is full", "queue_full", 1)
         loop = asyncio.get_running_loop()
-        waiter = _Waiter((-priority, next(self._order)), key, adapter, loop.create_future())
-        heapq.heappush(self._waiters, waiter)
+        waiter = _Waiter(key, adapter, loop.create_future(), flow)
+        tenant, weight = tenant_of(flow, adm.fairness)
+        entry = self._waiters.push(waiter, priority, tenant, weight, flow.cost if flow is not None else 0)
         self.stats.held += 1
         held_at = self._clock()
         self.dispatch()
@@ -215,24 +221,36 @@ class ReplicaPool:
                 self.release(waiter.future.result(), "neutral")  # picked just as the client left
             raise
         finally:
-            if waiter in self._waiters:
-                self._waiters.remove(waiter)
-                heapq.heapify(self._waiters)
+            self._waiters.remove(entry)  # a no-op once dispatched
             if self.on_wait is not None:
                 self.on_wait(self._clock() - held_at)
 
     def dispatch(self) -> None:
-        """Hand eligible replicas to held requests, best priority first."""
-        while self._waiters:
-            w = self._waiters[0]
+        """Hand eligible replicas to held requests, in the hold queue's order (`pools.fair`)."""
+        queue = self._waiters
+        while (entry := queue.head()) is not None:
+            w = entry.item
             if w.future.done():
-                heapq.heappop(self._waiters)
+                queue.remove(entry)
                 continue
             r = self.try_pick(w.key, adapter=w.adapter)
             if r is None:
                 return
-            heapq.heappop(self._waiters)
+            queue.pop(entry)
+            if w.flow is not None:
+                w.flow.held = (queue.period, entry.band, entry.tenant, entry.weight)
             w.future.set_result(r)
+
+    def settle(self, flow: Flow, tokens: int) -> None:
+        """A request that ended used `tokens` (input + output): correct its hold-queue charge (only a
+        request dispatched from the hold queue in the current busy period was charged)."""
+        held = flow.held
+        if held is not None and held[0] == self._waiters.period:
+            self._waiters.charge(held[1], held[2], held[3], tokens - max(flow.cost, 1))
+
+    def backlog(self) -> dict[tuple[int, str], int]:
+        """Held requests per (band, tenant)."""
+        return self._waiters.backlog()
 
     # --- outcomes ------------------------------------------------------------------------------
     def release(self, r: Replica, verdict: str, ttft: float | None = None) -> None:

@@ -85,7 +85,9 @@ class Conform:
         x, prep, answer, budget = req.http, req.prep, req.answer, req.budget
         assert prep is not None and answer is not None and budget is not None
         payload = call_body(prep.body, str(prep.body.get("model")), False)
-        unary = CallSpec(call.kind, payload, call.headers, call.key, call.priority, adapter=call.adapter)
+        unary = CallSpec(
+            call.kind, payload, call.headers, call.key, call.priority, adapter=call.adapter, flow=call.flow
+        )
         data = await self._calls.unary(route.pool, unary)
         ticket = await self._admit.granted(req, budget)
         parsed = self._answers.read(answer, budget, route.pool.config.name, data)

@@ -52,6 +52,8 @@ class UnaryCall:
             if retried is not None:
                 data = retried[0]
         route.count_usage(answer.usage_in, answer.usage_out)
+        if call.flow is not None:  # a held request's hold-queue charge, corrected to what it used
+            pool.replicas.settle(call.flow, answer.usage_in + answer.usage_out)
         if answer.capture is not None:
             answer.capture.append(data)
         x.done()

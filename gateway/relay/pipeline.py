@@ -84,6 +84,7 @@ from gateway.upstream.calls import CallSpec, PoolCalls
 from gateway.upstream.pool_client import PoolClient
 from gateway.upstream.tokens import TokenCounter
 from gateway.upstream.transport import Transports
+from pools.fair import Flow
 
 if TYPE_CHECKING:
     from router.calibration import LiveCalibration  # ddsketch loads only when a live cut is used
@@ -445,7 +446,10 @@ class Relay:
             return
         payload = orjson.dumps(prep.body)
         headers = {**route.pool.headers, "x-request-id": x.rid.decode()}
-        call = CallSpec(x.kind, payload, headers, route.pool.key(prep.body), who.rank, adapter=route.adapter)
+        tenant = who.tenant
+        flow = Flow(tenant.org, tenant.app, tenant.tier, budget.reserved_in)
+        key = route.pool.key(prep.body)
+        call = CallSpec(x.kind, payload, headers, key, who.rank, adapter=route.adapter, flow=flow)
         if x.stream:
             if self._guard is not None and _retries_schema(req.ask):
                 await self._conform.buffered(req, route, call, send)  # judged whole, replayed as SSE

@@ -31,6 +31,7 @@ from gateway.routing.aliases import answer_of, call_body, sse_of, summed_usage
 from gateway.routing.route import Route
 from gateway.routing.table import Decided
 from gateway.upstream.calls import CallSpec, PoolCalls
+from pools.fair import Flow
 from router.cascade import Accept, Escalate
 from router.plan import Answer, Call
 
@@ -65,7 +66,10 @@ class CascadeRunner:
         payload = call_body(body, pool.config.model, d.alias.logprobs)
         try:
             headers = {**pool.headers, "x-request-id": req.http.rid.decode()}
-            spec = CallSpec(Kind.CHAT, payload, headers, pool.key(body), req.who.rank if req.who else 0)
+            who = req.who
+            # Each call waits in its pool's hold queue as its tenant's, at its share of the estimate.
+            flow = Flow(who.tenant.org, who.tenant.app, who.tenant.tier, share[0]) if who else None
+            spec = CallSpec(Kind.CHAT, payload, headers, pool.key(body), who.rank if who else 0, flow=flow)
             data = await self._calls.unary(pool, spec)
             parsed = orjson.loads(data)
             if not isinstance(parsed, dict):

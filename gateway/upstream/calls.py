@@ -39,6 +39,7 @@ from gateway.upstream.failures import (
 from gateway.upstream.lora_loader import AdapterLoader
 from gateway.upstream.pool_client import PoolClient
 from gateway.upstream.transport import Reply, Request, Transports
+from pools.fair import Flow
 from pools.pool import NoCapacity
 from pools.replica import Replica
 
@@ -71,6 +72,7 @@ class CallSpec:
     priority: int = 0  # hold-queue priority
     adapter: Adapter | None = None  # a LoRA adapter's request: placed by adapter, loaded on demand
     path: str | None = None  # another of the engine's endpoints than the kind's (e.g. `/tokenize`)
+    flow: Flow | None = None  # the hold queue's tenant and input estimate (pools.fair); None: anonymous
 
 
 class OpenStream:
@@ -124,7 +126,7 @@ class PoolCalls:
     async def _acquire(self, pool: PoolClient, call: CallSpec) -> Replica:
         adapter = call.adapter.name if call.adapter is not None else None
         try:
-            return await pool.replicas.acquire(call.key, call.priority, adapter)
+            return await pool.replicas.acquire(call.key, call.priority, adapter, call.flow)
         except NoCapacity as exc:
             self._metrics.pool_rejections.labels(pool.config.name, exc.reason).inc()
             raise no_capacity(exc) from None

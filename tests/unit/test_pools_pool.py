@@ -3,22 +3,73 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 import pytest
 
-from pools.config import Admission, Balancing, Breaker, Retries, Saturation
+from pools.config import Admission, Balancing, Breaker, Fairness, Retries, Saturation
+from pools.fair import Flow
 from pools.pool import NoCapacity, ReplicaPool
 
 
-def make_pool(max_queued: int = 8, wait: float = 5.0, cold: float = 5.0, inflight: int = 1) -> ReplicaPool:
+def make_pool(
+    max_queued: int = 8,
+    wait: float = 5.0,
+    cold: float = 5.0,
+    inflight: int = 1,
+    fairness: Fairness | None = None,
+) -> ReplicaPool:
     return ReplicaPool(
         "p",
         Balancing(strategy="least_load"),
         Saturation(inflight=inflight),
         Breaker(failures=2, open_s=60),
         Retries(),
-        Admission(max_queued=max_queued, max_wait_s=wait, cold_start_timeout_s=cold),
+        Admission(
+            max_queued=max_queued, max_wait_s=wait, cold_start_timeout_s=cold, fairness=fairness or Fairness()
+        ),
     )
+
+
+async def _served_order(
+    pool: ReplicaPool, arrivals: list[tuple[str, Flow]], used: Callable[[str], int]
+) -> list[str]:
+    """Hold `arrivals` behind one busy replica, then serve them one at a time, each using `used(name)`
+    tokens."""
+    pool.set_members(["http://a:1"])
+    first = await pool.acquire(None)
+    order: list[str] = []
+
+    async def wait(name: str, flow: Flow) -> None:
+        r = await pool.acquire(None, 0, flow=flow)
+        order.append(name)
+        pool.settle(flow, used(name))
+        pool.release(r, "ok")
+
+    tasks = [asyncio.create_task(wait(name, flow)) for name, flow in arrivals]
+    await asyncio.sleep(0)
+    assert pool.held == len(arrivals)
+    pool.release(first, "ok")
+    await asyncio.gather(*tasks)
+    return order
+
+
+async def test_held_requests_of_a_flooding_org_do_not_shut_out_another() -> None:
+    def arrivals() -> list[tuple[str, Flow]]:
+        return [(f"a{i}", Flow("a", cost=10)) for i in range(6)] + [("b0", Flow("b", cost=10))]
+
+    order = await _served_order(make_pool(max_queued=16), arrivals(), lambda _: 100)
+    assert order.index("b0") <= 1  # FIFO would serve it last
+    fifo_pool = make_pool(max_queued=16, fairness=Fairness(enabled=False))
+    fifo = await _served_order(fifo_pool, arrivals(), lambda _: 100)
+    assert fifo[-1] == "b0"
+
+
+async def test_settled_usage_decides_the_next_turn() -> None:
+    """Estimates say a and b cost the same; a's answers are 10x longer, so b is served twice as often."""
+    arrivals = [(f"{t}{i}", Flow(t, cost=10)) for i in range(8) for t in "ab"]
+    order = await _served_order(make_pool(max_queued=32), arrivals, lambda n: 1000 if n[0] == "a" else 100)
+    assert "".join(n[0] for n in order[:6]).count("b") >= 4
 
 
 async def test_a_held_request_proceeds_when_a_replica_appears() -> None:
