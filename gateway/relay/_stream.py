@@ -158,6 +158,10 @@ class StreamCall:
                         client_usage = prep is not None and prep.client_usage
                         tail = length_tail(splitter, x.kind is Kind.CHAT, client_usage, choices)
                         break
+                if splitter.saw_done and not x.finished:
+                    # The client has the whole answer ([DONE], a dialect's completed event): it may hang
+                    # up while the pool's chunked body ends; that is not a client leaving early (499).
+                    x.done()
                 chunk = await read()
                 if not chunk:
                     break

@@ -12,6 +12,8 @@ so one process backs many pools:
 - `midstream`: one token, then an error event holding the secrets, then [DONE] (as vLLM does);
 - `gzip`: a gzip-compressed answer;
 - `endless`: one token, then an event that never ends (2 MiB of data with no blank line);
+- `lingering`: a whole stream up to `[DONE]`, then 1.5 s before the chunked body ends (a pool that
+  flushes its last chunk late: the client has its answer and may hang up);
 - `badload-a`, `badload-b`: plain answers, but `/metrics` reports NaN and ±Inf among vLLM's queue
   gauges (valid exposition; two replicas behind prefix affinity, whose load bound does arithmetic).
 """
@@ -75,13 +77,17 @@ def _error(status: int, headers: dict[str, str] | None = None) -> web.Response:
     return web.json_response(body, status=status, headers=headers)
 
 
-async def _stream(request: web.Request, pieces: list[bytes], pause_s: float = 0.0) -> web.StreamResponse:
+async def _stream(
+    request: web.Request, pieces: list[bytes], pause_s: float = 0.0, linger_s: float = 0.0
+) -> web.StreamResponse:
     resp = web.StreamResponse(headers={"content-type": "text/event-stream"})
     await resp.prepare(request)
     for piece in pieces:
         await resp.write(piece)
         if pause_s:
             await asyncio.sleep(pause_s)
+    if linger_s:
+        await asyncio.sleep(linger_s)
     await resp.write_eof()
     return resp
 
@@ -114,6 +120,14 @@ async def _handle(request: web.Request) -> web.StreamResponse:
         return await _stream(request, pieces)  # as vLLM ends a stream that failed
     if mode.startswith("badload"):
         return await _stream(request, [b"data: " + _chunk("a") + b"\n\n", b"data: [DONE]\n\n"])
+    if mode == "lingering":
+        usage = {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}
+        done = [
+            b"data: " + _chunk("a") + b"\n\n",
+            b"data: " + _chunk(None, usage) + b"\n\n",
+            b"data: [DONE]\n\n",
+        ]
+        return await _stream(request, [b"".join(done)], linger_s=1.5)
     if mode == "endless":
         endless = [b"data: " + _chunk("a") + b"\n\n", b'data: {"x":"'] + [b"y" * 65536] * 32
         return await _stream(request, endless)
@@ -147,7 +161,10 @@ def hostile_pool(port: int) -> Iterator[str]:
         stop(proc)
 
 
-MODES = ("leak500", "leak400", "leak422", "busy", "down", "crlf", "keepalive", "midstream", "gzip", "endless")
+MODES = (
+    "leak500", "leak400", "leak422", "busy", "down", "crlf", "keepalive", "midstream", "gzip", "endless",
+    "lingering",
+)  # fmt: skip
 
 
 @contextmanager

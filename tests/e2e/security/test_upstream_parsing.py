@@ -92,3 +92,36 @@ def test_nan_and_inf_in_a_replicas_metrics_never_break_a_pick(gateway: str) -> N
         assert streamed.status_code == 200, streamed.text
         assert streamed.content.endswith(b"data: [DONE]\n\n")
     assert metric(scraped(), waiting, 'pool="badload"') == 4  # 2 each: NaN skipped, +Inf/-Inf too
+
+
+def test_a_client_leaving_after_the_last_event_is_not_a_499(gateway: str) -> None:
+    """Issue 40 (Codex closes on `response.completed`): the pool's chunked body ends 1.5 s after its
+    [DONE]; a client that hangs up once it has the last event got the whole answer: 200, not 499."""
+    before = metric(httpx.get(f"{gateway}/metrics", timeout=5).text, "llmgw_requests_total", 'code="499"')
+    ends = {
+        "/v1/chat/completions": (b"data: [DONE]", {"messages": [{"role": "user", "content": "hi"}]}),
+        "/v1/responses": (b"event: response.completed", {"input": "hi"}),
+        "/v1/messages": (
+            b"event: message_stop",
+            {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 8},
+        ),
+    }
+    for path, (last, body) in ends.items():
+        with httpx.stream(
+            "POST", f"{gateway}{path}", json={"model": "lingering", "stream": True, **body}, timeout=20
+        ) as r:
+            assert r.status_code == 200
+            seen = b""
+            for piece in r.iter_bytes():
+                seen += piece
+                if last in seen:
+                    break  # hang up with the answer in hand, before the pool's body ends
+        assert last in seen, (path, seen)
+
+    def counted() -> bool:
+        text = httpx.get(f"{gateway}/metrics", timeout=5).text
+        return metric(text, "llmgw_requests_total", 'model="lingering"') >= 3
+
+    wait_until(counted, "the three lingering requests counted", timeout=10)
+    after = metric(httpx.get(f"{gateway}/metrics", timeout=5).text, "llmgw_requests_total", 'code="499"')
+    assert after == before
