@@ -61,6 +61,14 @@ class Flow:
     held: tuple[int, int, str, float] | None = None
 
 
+def band_name(band: int) -> str:
+    """A band's name for metric labels (`BANDS`), or its number."""
+    return _BAND_NAMES.get(band) or str(band)
+
+
+_BAND_NAMES = {v: k for k, v in BANDS.items()}
+
+
 def tenant_of(flow: Flow | None, fairness: Fairness) -> tuple[str, float]:
     """The tenant a request is queued under and its weight. Without fairness every request is one
     tenant's (arrival order)."""
@@ -117,12 +125,23 @@ class Entry(Generic[T]):
     seq: int
 
 
+def tenant_shares(
+    served: Mapping[str, float], weights: Mapping[str, float]
+) -> dict[str, tuple[float, float]]:
+    """Per backlogged tenant (`weights`): its share of the band's tokens served this busy period, and
+    the share its weight entitles it to among the backlogged (what the first should approach)."""
+    total = sum(served.values())
+    wsum = sum(weights.values())
+    return {t: (served.get(t, 0.0) / total if total > 0 else 0.0, w / wsum) for t, w in weights.items()}
+
+
 class _Band(Generic[T]):
-    __slots__ = ("queues", "counters", "last")
+    __slots__ = ("queues", "counters", "served", "last")
 
     def __init__(self) -> None:
         self.queues: dict[str, deque[Entry[T]]] = {}  # backlogged tenants only
         self.counters: dict[str, float] = {}  # weighted service this busy period
+        self.served: dict[str, float] = {}  # tokens this busy period (for the share metrics)
         self.last = 0.0  # the counter of the tenant served last (the floor of a lift in an empty band)
 
 
@@ -130,7 +149,7 @@ class FairQueue(Generic[T]):
     """The hold queue's state; the decisions are the pure functions above."""
 
     def __init__(self, shares: Mapping[int, float]) -> None:
-        self.shares = dict(shares)
+        self.min_share = dict(shares)
         self.period = 0
         self._bands: dict[int, _Band[T]] = {}
         self._vtime: dict[int, float] = {}  # band counters (tokens / band weight) this busy period
@@ -167,7 +186,7 @@ class FairQueue(Generic[T]):
         if not self._size:
             return None
         busy = [k for k, o in self._bands.items() if o.queues]
-        band = busy[0] if len(busy) == 1 else next_band(self._vtime, band_weights(busy, self.shares))
+        band = busy[0] if len(busy) == 1 else next_band(self._vtime, band_weights(busy, self.min_share))
         b = self._bands[band]
         queues = b.queues
         if len(queues) == 1:
@@ -195,9 +214,10 @@ class FairQueue(Generic[T]):
         if b is None or tenant not in b.counters:
             return
         b.counters[tenant] += tokens / weight
+        b.served[tenant] = b.served.get(tenant, 0.0) + tokens
         busy = [k for k, o in self._bands.items() if o.queues]
         if band in busy:
-            self._vtime[band] = self._vtime.get(band, 0.0) + tokens / band_weights(busy, self.shares).get(
+            self._vtime[band] = self._vtime.get(band, 0.0) + tokens / band_weights(busy, self.min_share).get(
                 band, 1.0
             )
         else:
@@ -217,3 +237,12 @@ class FairQueue(Generic[T]):
     def backlog(self) -> dict[tuple[int, str], int]:
         """Held requests per (band, tenant), for metrics."""
         return {(k, t): len(q) for k, b in self._bands.items() for t, q in b.queues.items()}
+
+    def shares(self) -> dict[tuple[int, str], tuple[float, float]]:
+        """Per (band, backlogged tenant): `tenant_shares` of this busy period, for metrics."""
+        out = {}
+        for k, b in self._bands.items():
+            weights = {t: q[0].weight for t, q in b.queues.items()}
+            for t, share in tenant_shares(b.served, weights).items():
+                out[(k, t)] = share
+        return out

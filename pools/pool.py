@@ -40,6 +40,10 @@ class NoCapacity(Exception):
         self.retry_after = retry_after
 
 
+MAX_ORGS = 100  # distinct (band, org) rows of PoolStats.fair_tokens
+OTHER_ORG = "_other"
+
+
 @dataclass(slots=True)
 class PoolStats:
     picks: dict[str, int] = field(default_factory=lambda: dict.fromkeys(REASONS, 0))
@@ -48,6 +52,15 @@ class PoolStats:
     queue_full: int = 0
     retries: int = 0
     placements: dict[str, int] = field(default_factory=lambda: dict.fromkeys(PLACEMENTS, 0))
+    # Tokens of requests dispatched from the hold queue (estimate, then settled) by (band, org); at
+    # most MAX_ORGS orgs, the rest under OTHER_ORG (bounded metric labels).
+    fair_tokens: dict[tuple[int, str], float] = field(default_factory=dict)
+
+    def count_fair(self, band: int, org: str, tokens: float) -> None:
+        key = (band, org)
+        if key not in self.fair_tokens and len(self.fair_tokens) >= MAX_ORGS:
+            key = (band, OTHER_ORG)
+        self.fair_tokens[key] = self.fair_tokens.get(key, 0.0) + tokens
 
 
 @dataclass(slots=True, eq=False)
@@ -87,8 +100,9 @@ class ReplicaPool:
         self._rand = rand or random.Random()
         self._turn = itertools.count()
         self._waiters: FairQueue[_Waiter] = FairQueue(band_shares(admission.fairness))
-        # Called with the seconds a held request waited (placed or not): the gateway's histogram.
-        self.on_wait: Callable[[float], None] | None = None
+        # Called with the seconds a held request waited (placed or not) and its band: the gateway's
+        # histogram.
+        self.on_wait: Callable[[float, int], None] | None = None
 
     # --- membership ----------------------------------------------------------------------------
     def set_members(self, bases: Iterable[str]) -> None:
@@ -223,7 +237,7 @@ class ReplicaPool:
         finally:
             self._waiters.remove(entry)  # a no-op once dispatched
             if self.on_wait is not None:
-                self.on_wait(self._clock() - held_at)
+                self.on_wait(self._clock() - held_at, priority)
 
     def dispatch(self) -> None:
         """Hand eligible replicas to held requests, in the hold queue's order (`pools.fair`)."""
@@ -237,20 +251,31 @@ class ReplicaPool:
             if r is None:
                 return
             queue.pop(entry)
-            if w.flow is not None:
-                w.flow.held = (queue.period, entry.band, entry.tenant, entry.weight)
+            flow = w.flow
+            if flow is not None:
+                flow.held = (queue.period, entry.band, entry.tenant, entry.weight)
+                self.stats.count_fair(entry.band, flow.org, entry.cost)
             w.future.set_result(r)
 
     def settle(self, flow: Flow, tokens: int) -> None:
         """A request that ended used `tokens` (input + output): correct its hold-queue charge (only a
         request dispatched from the hold queue in the current busy period was charged)."""
         held = flow.held
-        if held is not None and held[0] == self._waiters.period:
-            self._waiters.charge(held[1], held[2], held[3], tokens - max(flow.cost, 1))
+        if held is None:
+            return
+        flow.held = None  # settled once
+        correction = tokens - max(flow.cost, 1)
+        self.stats.count_fair(held[1], flow.org, correction)
+        if held[0] == self._waiters.period:
+            self._waiters.charge(held[1], held[2], held[3], correction)
 
     def backlog(self) -> dict[tuple[int, str], int]:
         """Held requests per (band, tenant)."""
         return self._waiters.backlog()
+
+    def shares(self) -> dict[tuple[int, str], tuple[float, float]]:
+        """Per (band, backlogged tenant): share of the band's tokens this busy period, and its due."""
+        return self._waiters.shares()
 
     # --- outcomes ------------------------------------------------------------------------------
     def release(self, r: Replica, verdict: str, ttft: float | None = None) -> None:

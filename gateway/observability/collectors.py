@@ -12,6 +12,7 @@ from collections.abc import Iterator, Mapping
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from pools.fair import band_name
 from pools.pool import ReplicaPool
 from ratelimit.errors import OPS, REASONS
 from ratelimit.failover import FailoverStats
@@ -66,7 +67,9 @@ class FailoverCollector(Collector):
 class PoolsCollector(Collector):
     """Per pool and replica state read at scrape time (the hot path only bumps plain ints).
 
-    Replica labels are base URLs: bounded by the pools' sizes, which operators control.
+    Replica labels are base URLs: bounded by the pools' sizes, which operators control. Org labels of
+    the dispatched tokens are capped by the pool (`pools.pool.MAX_ORGS`); tenant labels of the share
+    gauges are the backlogged tenants only, at most `MAX_TENANTS` per pool (the longest backlogs).
     """
 
     def __init__(self, pools: Mapping[str, ReplicaPool]) -> None:
@@ -99,6 +102,43 @@ class PoolsCollector(Collector):
             budget.add_metric([name, "granted"], pool.budget.granted)
             budget.add_metric([name, "refused"], pool.budget.refused)
         yield from (queued, replicas, picks, held, budget, inflight, waiting, kv, ttft, breaker, opens)
+        yield from _fair_families(self._pools)
+
+
+MAX_TENANTS = 20
+
+
+def _fair_families(pools: Mapping[str, ReplicaPool]) -> Iterator[Metric]:
+    """The hold queue's fairness (issue 42): tokens dispatched by band and org, and per backlogged
+    tenant its share of its band's tokens this busy period next to the share its weight entitles it
+    to (a tenant persistently below its due is starved: the alert's signal)."""
+    tokens = CounterMetricFamily(
+        "llmgw_pool_dispatched_tokens",
+        "Tokens of requests dispatched from the hold queue (input estimate, settled to real usage)",
+        labels=["pool", "band", "org"],
+    )
+    share = GaugeMetricFamily(
+        "llmgw_pool_tenant_share",
+        "A backlogged tenant's share of its band's tokens in the current busy period",
+        labels=["pool", "band", "tenant"],
+    )
+    due = GaugeMetricFamily(
+        "llmgw_pool_tenant_due_share",
+        "The share a backlogged tenant's weight entitles it to among its band's backlogged tenants",
+        labels=["pool", "band", "tenant"],
+    )
+    for name, pool in pools.items():
+        for (band, org), n in pool.stats.fair_tokens.items():
+            tokens.add_metric([name, band_name(band), org], max(n, 0.0))
+        backlog = pool.backlog()
+        shown = sorted(backlog, key=lambda k: -backlog[k])[:MAX_TENANTS]
+        shares = pool.shares()
+        for key in shown:
+            got, entitled = shares[key]
+            labels = [name, band_name(key[0]), key[1]]
+            share.add_metric(labels, got)
+            due.add_metric(labels, entitled)
+    yield from (tokens, share, due)
 
 
 def _pool_families() -> tuple[

@@ -221,8 +221,8 @@ class Metrics(LearningMetrics):
         )
         self.queue_wait = Histogram(
             "llmgw_pool_queue_wait_seconds",
-            "Time held in a pool's admission queue, for requests that had to wait",
-            ["pool"],
+            "Time held in a pool's admission queue, for requests that had to wait, by priority band",
+            ["pool", "band"],
             buckets=E2E_BUCKETS,
             registry=r,
         )

@@ -5,6 +5,7 @@ client."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import aiohttp
@@ -20,6 +21,7 @@ from gateway.upstream.h1 import H1Client
 from gateway.upstream.hosted import LiteLLMTransport
 from gateway.upstream.pool_client import PoolClient, metrics_fetch
 from gateway.upstream.transport import Transport, Transports
+from pools.fair import band_name
 
 
 @dataclass(slots=True)
@@ -49,7 +51,7 @@ class UpstreamClients:
         control = httpx.AsyncClient(timeout=5.0)
         fetch = metrics_fetch(h1, control)
         for name, pool in pools.items():
-            pool.replicas.on_wait = metrics.queue_wait.labels(name).observe
+            pool.replicas.on_wait = _wait_observer(metrics, name)
             pool.start(fetch)
         replica_pools = {n: p.replicas for n, p in pools.items()}
         metrics.registry.register(PoolsCollector(replica_pools))
@@ -64,3 +66,16 @@ class UpstreamClients:
         await self.session.close()
         if self.h1 is not None:
             self.h1.close()
+
+
+def _wait_observer(metrics: Metrics, pool: str) -> Callable[[float, int], None]:
+    """The pool's `on_wait`: the queue-wait histogram of the request's band (children made once)."""
+    children: dict[int, Callable[[float], None]] = {}
+
+    def observe(seconds: float, band: int) -> None:
+        child = children.get(band)
+        if child is None:
+            child = children[band] = metrics.queue_wait.labels(pool, band_name(band)).observe
+        child(seconds)
+
+    return observe

@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from gateway.tenancy.keys import generate_key, hash_key
+from tests.support.prom import metric
 from tests.support.stack import Service, Stack
 
 pytestmark = pytest.mark.e2e
@@ -86,6 +87,11 @@ def test_premium_flooding_leaves_standard_its_minimum_share(tmp_path: Path, min_
         policy, keys = _policy(tmp_path / "policy.yaml", sim.url, min_share)
         gw = s.gateway(policy, ready_path="/readyz")
         done = _run(gw, keys)
+        text = gw.metrics()
+    waited = metric(text, "llmgw_pool_queue_wait_seconds_count", 'band="standard"')
+    std_tokens = metric(text, "llmgw_pool_dispatched_tokens_total", 'org="small"')
+    prem_tokens = metric(text, "llmgw_pool_dispatched_tokens_total", 'org="big"')
+    assert waited > 0 and prem_tokens > std_tokens > 0  # (a starved standard is served in the drain)
     total = done["prem"] + done["std"]
     assert total >= 40, done  # the pool was saturated long enough to mean something
     share = done["std"] / total
