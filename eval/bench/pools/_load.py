@@ -28,11 +28,13 @@ class Result:
     ok: bool  # 200 and the stream ended with [DONE] and no error event
 
 
-async def _one(session: aiohttp.ClientSession, url: str, body: dict[str, Any], at: float) -> Result:
+async def _one(
+    session: aiohttp.ClientSession, url: str, body: dict[str, Any], at: float, headers: dict[str, str]
+) -> Result:
     t0 = time.perf_counter()
     ttft: float | None = None
     try:
-        async with session.post(url, data=orjson.dumps(body), headers=_JSON) as r:
+        async with session.post(url, data=orjson.dumps(body), headers=headers) as r:
             if r.status != 200:
                 await r.read()
                 return Result(at, None, r.status, False)
@@ -47,8 +49,15 @@ async def _one(session: aiohttp.ClientSession, url: str, body: dict[str, Any], a
 
 
 async def run_load(
-    url: str, make_body: Callable[[int], dict[str, Any]], rate: float, duration: float, seed: int = 1
+    url: str,
+    make_body: Callable[[int], dict[str, Any]],
+    rate: float,
+    duration: float,
+    seed: int = 1,
+    key: str | None = None,
 ) -> list[Result]:
+    """`key`: sent as a Bearer API key (a tenant of its own), else no authorization."""
+    headers = _JSON if key is None else {**_JSON, "authorization": f"Bearer {key}"}
     rng = random.Random(seed)
     arrivals: list[float] = []
     t = 0.0
@@ -65,7 +74,7 @@ async def run_load(
             delay = start + at - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)
-            tasks.append(asyncio.create_task(_one(session, url, make_body(i), at)))
+            tasks.append(asyncio.create_task(_one(session, url, make_body(i), at, headers)))
         return list(await asyncio.gather(*tasks))
 
 

@@ -47,20 +47,21 @@ def _profile_flags(slowdown: float, **fixed: float | int) -> list[str]:
     return flags
 
 
+def summary_body(i: int) -> dict[str, Any]:
+    """A short prompt streaming exactly 32 tokens (the slow-replica and fair-queue requests)."""
+    return {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": f"Request {i}: summarize the incident report."}],
+        "max_tokens": 32,
+        "ignore_eos": True,
+        "stream": True,
+    }
+
+
 def slow_replica(duration: float, rate: float) -> Scenario:
     fast = _profile_flags(1.0, max_num_seqs=4)
     slow = _profile_flags(3.0, max_num_seqs=4)
-
-    def body(i: int) -> dict[str, Any]:
-        return {
-            "model": MODEL,
-            "messages": [{"role": "user", "content": f"Request {i}: summarize the incident report."}],
-            "max_tokens": 32,
-            "ignore_eos": True,
-            "stream": True,
-        }
-
-    return Scenario("slow-replica", [fast, fast, fast, slow], "", rate, duration, body)
+    return Scenario("slow-replica", [fast, fast, fast, slow], "", rate, duration, summary_body)
 
 
 def _system_prompts(n: int, words: int, seed: int = 7) -> list[str]:
