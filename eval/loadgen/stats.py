@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from eval.loadgen.client import Sample
@@ -81,6 +81,26 @@ def meets_slo(sample: Sample, slo: SloClass | None) -> bool:
 def _attainment(good: Counter[str], total: Counter[str]) -> dict[str, dict[str, float | int]]:
     items = sorted(total.items())
     return {name: {"good": good[name], "total": n, "attainment": good[name] / n} for name, n in items}
+
+
+def _by_tenant(
+    measured: Sequence[Sample], finished: Sequence[Sample], good: Callable[[Sample], bool], window: float
+) -> dict[str, dict[str, float | int | None]]:
+    """Per tenant: SLO attainment, goodput (good answers finished in the window, per second) and P99
+    TTFT; empty without tenants."""
+    out: dict[str, dict[str, float | int | None]] = {}
+    for name in sorted({s.tenant for s in measured if s.tenant is not None}):
+        mine = [s for s in measured if s.tenant == name]
+        ttfts = [s.ttft for s in mine if s.ok and s.ttft is not None]
+        n_good = sum(1 for s in mine if good(s))
+        out[name] = {
+            "good": n_good,
+            "total": len(mine),
+            "attainment": n_good / len(mine),
+            "goodput_rps": sum(1 for s in finished if s.tenant == name and good(s)) / window,
+            "ttft_p99_ms": percentile(ttfts, 99) * 1000 if ttfts else None,
+        }
+    return out
 
 
 def warnings(measured: int, warmup_s: float, e2e_p50_s: float | None) -> list[str]:
@@ -146,6 +166,8 @@ def summarize(result: RunResult, slo_classes: Mapping[str, SloClass], warmup_s: 
             "by_class": _attainment(good_by["class"], total_by["class"]),
             # Per alias shows which pool misses its SLO when several sit behind one gateway.
             "by_alias": _attainment(good_by["alias"], total_by["alias"]),
+            # Per tenant (a workload with several keys): who keeps its goodput when one floods.
+            "by_tenant": _by_tenant(measured, finished, good_, window),
         },
         "warnings": warnings(len(measured), warmup_s, percentile([s.e2e for s in ok], 50) if ok else None),
         "latency_ms": {

@@ -88,9 +88,25 @@ def test_summary_counts_windows_and_goodput() -> None:
     assert s["goodput"]["slo_attainment"] == 0.5
     assert s["goodput"]["by_alias"] == {"m": {"good": 2, "total": 4, "attainment": 0.5}}
     assert s["goodput"]["by_class"] == {"c": {"good": 2, "total": 4, "attainment": 0.5}}
+    assert s["goodput"]["by_tenant"] == {}  # no keys in this workload
     assert s["goodput"]["requests_per_s"] <= s["throughput"]["requests_per_s"]
     assert s["latency_ms"]["ttft"]["count"] == 3
     assert s["latency_ms"]["ttft"]["p50"] == pytest.approx(100)
+
+
+def test_summary_per_tenant() -> None:
+    slo = {"c": SloClass(ttft_ms=200)}
+    samples = [
+        _stream(1.0, 0.1, 10, 0.01, tenant="b"),
+        _stream(1.5, 0.1, 10, 0.01, tenant="a"),
+        _stream(2.0, 0.9, 10, 0.01, tenant="a"),  # the flooder's backlog: too slow
+        _stream(2.5, 0.1, 10, 0.01, tenant="a", error="stream_error"),
+    ]
+    s = summarize(RunResult(Level("open", rate=1.0), samples, window_end=4.0, wall_s=6.0), slo, warmup_s=1.0)
+    by = s["goodput"]["by_tenant"]
+    assert by["b"] == {"good": 1, "total": 1, "attainment": 1.0, "goodput_rps": pytest.approx(1 / 3),
+                       "ttft_p99_ms": pytest.approx(100)}  # fmt: skip
+    assert by["a"]["good"] == 1 and by["a"]["total"] == 3 and by["a"]["ttft_p99_ms"] == pytest.approx(892)
 
 
 def test_knee_is_the_top_of_the_passing_run_from_the_lowest_load() -> None:

@@ -110,3 +110,10 @@ def test_committed_capacity_files_load() -> None:
     workload, _ = load_workload(ROOT / "eval/workloads/capacity.yaml")
     assert workload.tenants == [] and workload.sweep is not None
     assert load_profile(str(ROOT / "eval/workloads/capacity-sim.yaml")).kv_capacity_tokens == 8192
+
+
+def test_committed_tenants_flood_workload_loads(monkeypatch: pytest.MonkeyPatch) -> None:
+    for t in "ABC":
+        monkeypatch.setenv(f"LLMGW_KEY_{t}", f"sk-{t}")
+    workload, _ = load_workload(ROOT / "eval/workloads/tenants-flood.yaml")
+    assert [(t.name, t.weight) for t in workload.tenants] == [("a", 10), ("b", 1), ("c", 1)]
