@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING
 from gateway.config import Tenancy
 from gateway.errors import AuthenticationError, InternalError, PermissionDeniedError, UpstreamUnavailableError
 from gateway.tenancy.keys import Invalidation, KeyRecord, KeyStore, mask_key, static_records
+from pools.config import BANDS
 from ratelimit.model import LevelLimits, LimitsConfig, Priority, Tenant
 
 if TYPE_CHECKING:  # the observability package imports this module (feedback needs the authenticator)
@@ -63,8 +64,9 @@ _UNKNOWN_WHILE_DOWN = (
 )
 
 
-# Held requests (a pool's hold queue) are served by tier priority, then in arrival order.
-_RANK = {"premium": 1, "standard": 0}
+# A tier's priority is its requests' band in a pool's hold queue (pools.fair: strict priority between
+# bands, minimum shares for lower ones, weighted fair queuing between tenants within a band).
+_RANK = BANDS
 
 
 @dataclass(frozen=True, slots=True)

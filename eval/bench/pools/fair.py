@@ -4,10 +4,11 @@
 
 One simulator replica of small capacity (`max_num_seqs` 4, the gateway holding above 4 in flight),
 three tenants with keys of their own (orgs a, b, c; same tier, weight 1), open-loop Poisson streams.
-Three runs, each on a fresh simulator and gateway: `alone` (B and C only, what they get without A),
-`fifo` (A, B, C; `admission.fairness.enabled: false`: arrival order), `fair` (A, B, C; VTC). Per
-tenant: goodput (requests/s answered with TTFT within the SLO), P99 TTFT, requests answered. A
-report, not a test: figures depend on the machine.
+Runs, each on a fresh simulator and gateway: `alone` (B and C only, what they get without A),
+`fifo` (A, B, C; `admission.fairness.enabled: false`: arrival order), `fair` (A, B, C; VTC), and A
+alone with FIFO and with fair queuing (work conservation: the same throughput). Per tenant: goodput
+(requests/s answered with TTFT within the SLO), P99 TTFT, requests answered, answers per second until
+the last. A report, not a test: figures depend on the machine.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import json
 import secrets
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from hashlib import sha256
 from pathlib import Path
@@ -81,9 +83,10 @@ async def _offer(
     return dict(zip(rates, await asyncio.gather(*runs), strict=True))
 
 
-def tenant_figures(results: list[Result], duration: float, slo_s: float) -> dict[str, Any]:
+def tenant_figures(results: list[Result], duration: float, slo_s: float, wall_s: float) -> dict[str, Any]:
     """One tenant's run: goodput (answered within the TTFT SLO, per second of offered load), P99
-    TTFT, answered and failed requests."""
+    TTFT, requests sent and answered, answers per second until the last one (`wall_s`: throughput,
+    for work conservation)."""
     ok = [r for r in results if r.ok]
     ttfts = [r.ttft for r in ok if r.ttft is not None]
     good = sum(1 for t in ttfts if t <= slo_s)
@@ -93,6 +96,7 @@ def tenant_figures(results: list[Result], duration: float, slo_s: float) -> dict
         "goodput_rps": round(good / duration, 3),
         "slo_attainment": round(good / len(results), 3) if results else None,
         "ttft_p99_s": round(percentile(ttfts, 99), 3),
+        "answered_per_s": round(len(ok) / wall_s, 3),
     }
 
 
@@ -102,16 +106,19 @@ def run(
     keys = {t: "sk-" + secrets.token_hex(16) for t in TENANTS}
     print(f"  {name}: {rates} ...", file=sys.stderr, flush=True)
     with _stack(work, name, keys, fair) as url:
+        t0 = time.perf_counter()
         results = asyncio.run(_offer(url, rates, keys, duration))
-    return {t: tenant_figures(rs, duration, slo_s) for t, rs in results.items()}
+        wall = time.perf_counter() - t0
+    return {t: tenant_figures(rs, duration, slo_s, wall) for t, rs in results.items()}
 
 
 def table(runs: dict[str, dict[str, Any]]) -> str:
-    rows = ["run    tenant  sent    ok  goodput/s  p99 TTFT s"]
+    rows = ["run        tenant  sent    ok  goodput/s  p99 TTFT s  answered/s"]
     for name, per in runs.items():
         for t, f in per.items():
             counts = f"{f['sent']:>5} {f['ok']:>5}"
-            rows.append(f"{name:<6} {t:<6} {counts} {f['goodput_rps']:>10.2f} {f['ttft_p99_s']:>11.2f}")
+            figures = f"{f['goodput_rps']:>10.2f} {f['ttft_p99_s']:>11.2f} {f['answered_per_s']:>11.2f}"
+            rows.append(f"{name:<10} {t:<6} {counts} {figures}")
     return "\n".join(rows)
 
 
@@ -135,12 +142,20 @@ def main(argv: list[str] | None = None) -> int:
         everyone = {"a": 10 * share, "b": share, "c": share}
         runs["fifo"] = run(work, "fifo", everyone, False, args.duration, slo)
         runs["fair"] = run(work, "fair", everyone, True, args.duration, slo)
+        # Work conservation: a lone tenant gets the whole pool either way.
+        lone = {"a": 10 * share}
+        runs["lone-fifo"] = run(work, "lone-fifo", lone, False, args.duration, slo)
+        runs["lone-fair"] = run(work, "lone-fair", lone, True, args.duration, slo)
     report = {"duration_s": args.duration, "share_rate": share, "slo_ttft_s": slo, "runs": runs}
     for t in ("b", "c"):
         alone = runs["alone"][t]["goodput_rps"]
         report[f"{t}_fair_goodput_vs_alone"] = (
             round(runs["fair"][t]["goodput_rps"] / alone, 3) if alone else None
         )
+    fifo_rate = runs["lone-fifo"]["a"]["answered_per_s"]
+    report["lone_fair_vs_fifo_throughput"] = (
+        round(runs["lone-fair"]["a"]["answered_per_s"] / fifo_rate, 3) if fifo_rate else None
+    )
     print(table(runs))
     print(json.dumps({k: v for k, v in report.items() if k != "runs"}))
     if args.out:
