@@ -123,6 +123,7 @@ class Entry(Generic[T]):
     weight: float
     cost: float
     seq: int
+    queued: bool = True  # until dispatched or removed (a removal's check without a scan)
 
 
 def tenant_shares(
@@ -203,9 +204,7 @@ class FairQueue(Generic[T]):
 
     def remove(self, entry: Entry[T]) -> None:
         """`entry` left without being served (timed out, cancelled): nothing is charged."""
-        b = self._bands.get(entry.band)
-        q = b.queues.get(entry.tenant) if b is not None else None
-        if q is not None and entry in q:
+        if entry.queued:
             self._drop(entry)
 
     def charge(self, band: int, tenant: str, weight: float, tokens: float) -> None:
@@ -224,6 +223,7 @@ class FairQueue(Generic[T]):
             self._vtime[band] = self._vtime.get(band, 0.0) + tokens
 
     def _drop(self, entry: Entry[T]) -> None:
+        entry.queued = False
         b = self._bands[entry.band]
         q = b.queues[entry.tenant]
         if q[0] is entry:
