@@ -4,10 +4,12 @@ Which limiter: `limits.backend: memory` is one process's in-memory limiter (the 
 `redis` is the shared Redis backend wrapped in `FailoverLimiter`, which applies each pool's failure
 mode (`Pool.backend_error_mode`: the pool's `on_backend_error`, else fail_closed for litellm, else
 `limits.on_backend_error`; fail_open with a local in-memory limiter, or fail_closed) and returns to
-Redis by itself. `start` checks the Redis deployment first and refuses one the limiter cannot work
-with (Redis Cluster, too old); Redis merely failing at start leaves the decision to the failure mode.
-Keys: config keys always; dynamic keys in memory or in Redis (`tenancy.store`).
-Redis clients use short timeouts and no client-side retries: the failover layer decides.
+Redis by itself. Every Redis client comes from `gateway.redis_conn` (standalone, sentinel or cluster,
+TLS, ACL user: the `LLMGW_REDIS_*` settings). `start` checks the deployment first and refuses settings
+that cannot work (a server of another mode, credentials or TLS refused, no sentinel answering; a Redis
+too old for the limiter's scripts); Redis merely failing at start (down, timing out) leaves the decision
+to the failure mode. Keys: config keys always; dynamic keys in memory or in Redis (`tenancy.store`).
+The limiter's client has short timeouts and no retries: the failover layer decides.
 """
 
 from __future__ import annotations
@@ -16,12 +18,19 @@ import logging
 from dataclasses import dataclass
 
 import redis.asyncio as aioredis
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
 
 from gateway.budget.admission import Admissions
 from gateway.config import ConfigError, Policy
 from gateway.observability.metrics import FailoverCollector, Metrics
+from gateway.redis_conn import (
+    RedisConfigError,
+    RedisTarget,
+    check_server,
+    config_problem,
+    redis_client,
+    script_client,
+    target_of,
+)
 from gateway.settings import Settings
 from gateway.tenancy.auth import Authenticator
 from gateway.tenancy.keys import KeyRecord, KeyStore, MemoryKeyStore, RedisKeyStore, static_records
@@ -30,6 +39,9 @@ from ratelimit.failover import FailoverLimiter, FailoverStats
 from ratelimit.memory_backend import MemoryBackend
 from ratelimit.model import Limiter
 from ratelimit.redis_backend import RedisBackend
+from ratelimit.resp import CLIENT_ERRORS
+
+log = logging.getLogger("llmgw.ratelimit")
 
 
 @dataclass
@@ -43,8 +55,11 @@ class Components:
     redis: aioredis.Redis | None
     static_keys: tuple[KeyRecord, ...]
     failover: FailoverStats | None = None
+    target: RedisTarget | None = None
 
     async def start(self) -> None:
+        if self.target is not None and self.redis is not None:
+            await self._check_redis(self.target, self.redis)
         await self.store.start()  # hears other replicas' key revocations until `close`
         if self.redis_backend is None:
             return
@@ -52,12 +67,25 @@ class Components:
             await self.redis_backend.check()
             await self.redis_backend.load()
         except UnsupportedBackend as e:
-            logging.getLogger("llmgw.ratelimit").error("cannot start: %s", e)
+            log.error("cannot start: %s", e)
             raise ConfigError(str(e)) from None
         except BackendUnavailable as e:  # Redis failing at start: the failure mode decides, not a crash
+            if self.target is not None and (problem := config_problem(self.target, e)) is not None:
+                log.error("cannot start: %s", problem)  # the limiter's own client was refused
+                raise RedisConfigError(problem) from None
             self.metrics.limit_decisions.labels("all", "all", "script_load_failed").inc()
             if self.failover is not None:
                 self.failover.count("load", e.reason)
+
+    @staticmethod
+    async def _check_redis(target: RedisTarget, client: aioredis.Redis) -> None:
+        try:
+            await check_server(target, client)
+        except RedisConfigError as e:
+            log.error("cannot start: %s", e)
+            raise
+        except CLIENT_ERRORS as e:
+            log.warning("Redis (%s) did not answer at start: %s; the failure mode decides", target.where, e)
 
     async def close(self) -> None:
         await self.admissions.drain()
@@ -67,10 +95,12 @@ class Components:
             await self.redis.aclose()
 
 
-def check_deployment(policy: Policy, settings: Settings) -> None:
-    """Combinations of policy and process settings that cannot work (checked before serving)."""
+def check_deployment(policy: Policy, settings: Settings) -> RedisTarget | None:
+    """Combinations of policy and process settings that cannot work (checked before serving); the
+    Redis the settings describe (None: no Redis)."""
     limits, tenancy = policy.limits, policy.tenancy
-    if (limits.backend == "redis" or tenancy.store == "redis") and not settings.redis_url:
+    target = target_of(settings)
+    if (limits.backend == "redis" or tenancy.store == "redis") and target is None:
         raise ConfigError(
             "LLMGW_REDIS_URL is not set, but the policy uses Redis (limits.backend / tenancy.store)"
         )
@@ -79,38 +109,25 @@ def check_deployment(policy: Policy, settings: Settings) -> None:
             "limits.backend / tenancy.store 'memory' keep state in one process: "
             f"{settings.workers} workers would each enforce the whole budget; use one worker or Redis"
         )
+    return target
 
 
 def build(policy: Policy, settings: Settings) -> Components:
     limits, tenancy = policy.limits, policy.tenancy
-    check_deployment(policy, settings)
-    # The key store (rare, cached lookups) uses redis-py; the limiter (every request) its lean client.
-    client = (
-        aioredis.Redis.from_url(
-            settings.redis_url,
-            socket_connect_timeout=settings.redis_timeout_s,
-            socket_timeout=settings.redis_timeout_s,
-            # Key reads are idempotent: one retry absorbs a pooled connection that went stale while
-            # Redis restarted, instead of failing that lookup.
-            retry=Retry(NoBackoff(), 1),
-            decode_responses=False,
-        )
-        if settings.redis_url  # also shares delivered answers for feedback (gateway.observability)
-        else None
-    )
+    target = check_deployment(policy, settings)
+    # The general client: key store, feedback, outcome memory, calibration, revocations.
+    client = redis_client(target) if target is not None else None
     metrics = Metrics(policy)
     local = MemoryBackend(lease_s=limits.lease_s, sub_window_s=limits.sub_window_s)
     redis_backend: RedisBackend | None = None
     failover: FailoverLimiter | None = None
     limiter: Limiter
-    if limits.backend == "redis" and settings.redis_url:
-        redis_backend = RedisBackend.from_url(
-            settings.redis_url,
+    if limits.backend == "redis" and target is not None:
+        redis_backend = RedisBackend(
+            script_client(target),
             lease_s=limits.lease_s,
             key_prefix=limits.key_prefix,
             sub_window_s=limits.sub_window_s,
-            connect_timeout_s=settings.redis_timeout_s,
-            op_timeout_s=settings.redis_timeout_s,
         )
         failover = FailoverLimiter(redis_backend, local, limits.on_backend_error)
         metrics.registry.register(FailoverCollector(failover.stats))
@@ -139,4 +156,5 @@ def build(policy: Policy, settings: Settings) -> Components:
         redis=client,
         static_keys=statics,
         failover=failover.stats if failover is not None else None,
+        target=target,
     )

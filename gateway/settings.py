@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -29,8 +29,69 @@ class Settings(BaseSettings):
     gc_threshold: tuple[int, int, int] = Field(
         (20000, 10, 10), description="gc.set_threshold after start-up (see docs/design/003)"
     )
+    # Redis: one connection factory for every user (gateway/redis_conn.py; docs/design/004, "Deployments").
+    redis_mode: Literal["standalone", "sentinel", "cluster"] = Field(
+        "standalone",
+        description="how Redis runs: standalone (one primary at LLMGW_REDIS_URL), sentinel (the primary "
+        "LLMGW_REDIS_SENTINELS name for LLMGW_REDIS_SENTINEL_MASTER, followed across failovers) or cluster "
+        "(a Redis Cluster found from the seed nodes in LLMGW_REDIS_URL)",
+    )
     redis_url: str | None = Field(
-        None, description="Redis for the limiter and key store (limits.backend / tenancy.store: redis)"
+        None,
+        description="Redis for the limiter, key store, cache and shared learning. standalone: "
+        "redis://[user:password@]host:port/db (rediss:// for TLS); cluster: one or more seed nodes, "
+        "comma-separated URLs or host:port (database 0 only); sentinel: not used (the sentinels name the "
+        "primary), refused when set",
+    )
+    redis_sentinels: str | None = Field(
+        None, description="sentinel mode: the sentinels, host:port,host:port (port 26379 when left out)"
+    )
+    redis_sentinel_master: str | None = Field(
+        None, description="sentinel mode: the name the sentinels monitor the primary under"
+    )
+    redis_sentinel_username: str | None = Field(
+        None, description="sentinel mode: ACL user of the sentinels themselves (unset: none)"
+    )
+    redis_sentinel_password: SecretStr | None = Field(
+        None, description="sentinel mode: password of the sentinels themselves (unset: none)"
+    )
+    redis_username: str | None = Field(
+        None, description="ACL user of the Redis servers; overrides the user in LLMGW_REDIS_URL"
+    )
+    redis_password: SecretStr | None = Field(
+        None, description="password of the Redis servers; overrides the one in LLMGW_REDIS_URL"
+    )
+    redis_password_file: str | None = Field(
+        None,
+        description="a file holding the Redis password (a mounted Secret; one trailing newline ignored); "
+        "not together with LLMGW_REDIS_PASSWORD",
+    )
+    redis_tls: bool = Field(
+        False,
+        description="TLS towards Redis (on as well when LLMGW_REDIS_URL is rediss://); in sentinel mode the "
+        "sentinels are reached with the same TLS settings",
+    )
+    redis_tls_ca_file: str | None = Field(
+        None, description="PEM bundle of the CAs that sign the servers' certificates (unset: the system's)"
+    )
+    redis_tls_cert_file: str | None = Field(
+        None, description="PEM client certificate, for servers requiring one (with LLMGW_REDIS_TLS_KEY_FILE)"
+    )
+    redis_tls_key_file: str | None = Field(None, description="PEM private key of LLMGW_REDIS_TLS_CERT_FILE")
+    redis_tls_verify: Literal["full", "ca", "none"] = Field(
+        "full",
+        description="full: the certificate must chain to a trusted CA and name the host (or "
+        "LLMGW_REDIS_TLS_SERVER_NAME); ca: the chain only; none: no verification (encryption only)",
+    )
+    redis_tls_server_name: str | None = Field(
+        None,
+        description="the name sent as SNI and checked in the certificate when it differs from the host "
+        "connected to (standalone and sentinel modes)",
+    )
+    redis_limiter_client: Literal["redis-py", "resp"] = Field(
+        "redis-py",
+        description="the limiter's client: redis-py (every mode) or resp (the hand-written pipelined "
+        "client, ratelimit/resp.py; standalone only)",
     )
     redis_timeout_s: float = Field(0.25, gt=0, description="connect / operation timeout towards Redis")
     admin_key: str | None = Field(None, description="bearer key of the admin API; unset = admin API disabled")

@@ -9,7 +9,9 @@ Key scheme (details in `ratelimit.keys`; `P` = `LimitsConfig.key_prefix`, scope 
     {P}:lh                                      HASH per request its rules' amounts, per rule the total
 
 The single hash tag `{P}` puts every key in one slot, so an admission spanning key, app, org, global and
-pool levels stays one atomic script even on Redis Cluster (decision: docs/design/004-rate-limiting.md).
+pool levels is one atomic script on Redis Cluster too: one slot is one shard, so that shard's primary
+carries every admission of every tenant while the other shards hold the rest of the gateway's state
+(decision and its ceiling: docs/design/004-rate-limiting.md, "Deployments").
 
 Flows (scripts in `ratelimit/lua/`, each prefixed with `lib_v4.lua`, loaded by SCRIPT LOAD at start and
 reloaded on NOSCRIPT, e.g. after a Redis restart; all time is the Redis server's `TIME`):
@@ -33,9 +35,13 @@ stop counting when they expire (at most `lease_s` later).
 Every error of a script call but NOSCRIPT (reloaded once) raises `BackendUnavailable` with its reason
 (`ratelimit.resp.reason_of`: timeout, connection, oom, auth, noperm, moved, readonly, busy, script,
 other) and op: outage or not, the failure mode decides, never a 500; a refusal is a reply, not an
-error. The client is built with short timeouts and no retries, because a retried script call could
-apply twice and a waiting request is worse than a fast fail_open / fail_closed decision. `check`
-refuses at start-up what cannot work (Redis Cluster, Redis < 5.0: `ratelimit.resp.deployment_problem`).
+error. The client (`ratelimit.resp`: redis-py by default, for standalone, Sentinel and Cluster; the
+lean RESP client as a standalone opt-in) is built with short timeouts and no retries, because a retried
+script call could apply twice and a waiting request is worse than a fast fail_open / fail_closed
+decision. A Sentinel failover or a cluster slot moving is such an error for the calls it catches; the
+client finds the new primary for the next call by itself. `check` refuses at start-up a Redis too old
+for the scripts (`ratelimit.resp.deployment_problem`); whether the server fits the configured mode is
+the gateway's check (`gateway.redis_conn`).
 """
 
 from __future__ import annotations
@@ -45,9 +51,12 @@ import logging
 from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
+import redis.asyncio as aioredis
 import redis.exceptions as rexc
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 
 from ratelimit.errors import BackendUnavailable, UnsupportedBackend
 from ratelimit.keys import rule_key
@@ -61,7 +70,15 @@ from ratelimit.model import (
     Rule,
     SettleFailed,
 )
-from ratelimit.resp import SUPPORTED, RespClient, deployment_problem, parse_info, reason_of
+from ratelimit.resp import (
+    CLIENT_ERRORS,
+    SUPPORTED,
+    RedisPyClient,
+    RespClient,
+    deployment_problem,
+    parse_info,
+    reason_of,
+)
 from ratelimit.windows import DEFAULT_SUB_WINDOW_MS, build_decision, kind_of
 
 SCRIPTS = ("admit_v5", "top_up_v5", "settle_v5", "renew_v3")
@@ -130,7 +147,8 @@ class _Compiled:
 
 
 class ScriptClient(Protocol):
-    """What the backend needs from a Redis client (`ratelimit.resp.RespClient`; tests use fakes)."""
+    """What the backend needs from a Redis client (`ratelimit.resp.RedisPyClient` or `RespClient`;
+    tests use fakes)."""
 
     async def script_load(self, source: str) -> Any: ...
 
@@ -179,11 +197,26 @@ class RedisBackend:
         key_prefix: str = "llmgw",
         connect_timeout_s: float = 0.25,
         op_timeout_s: float = 0.25,
+        client: Literal["redis-py", "resp"] = "redis-py",
         **kwargs: Any,
     ) -> RedisBackend:
+        """A backend on one standalone server (tests, benchmarks; the gateway builds its client with
+        `gateway.redis_conn` for every mode and option)."""
         # No client-side retries anywhere: a retried script call could apply twice.
-        client = RespClient.from_url(url, connect_timeout_s=connect_timeout_s, op_timeout_s=op_timeout_s)
-        return cls(client, lease_s=lease_s, key_prefix=key_prefix, **kwargs)
+        scripts: ScriptClient
+        if client == "resp":
+            scripts = RespClient.from_url(url, connect_timeout_s=connect_timeout_s, op_timeout_s=op_timeout_s)
+        else:
+            scripts = RedisPyClient(
+                aioredis.Redis.from_url(
+                    url,
+                    socket_connect_timeout=connect_timeout_s,
+                    socket_timeout=op_timeout_s,
+                    retry=Retry(NoBackoff(), 0),
+                    protocol=2,
+                )
+            )
+        return cls(scripts, lease_s=lease_s, key_prefix=key_prefix, **kwargs)
 
     async def load(self) -> None:
         """SCRIPT LOAD every script (call at startup; NOSCRIPT later reloads by itself)."""
@@ -191,11 +224,12 @@ class RedisBackend:
             self._sha[name] = str(await self._guard(self._redis.script_load(source), "load"))
 
     async def check(self) -> None:
-        """Start-up: raise `UnsupportedBackend` for a server the limiter cannot work with (Redis Cluster,
-        too old), `BackendUnavailable` if it cannot be asked. A server or proxy that does not answer
-        `INFO` is not refused (a cluster-aware proxy may not), only logged."""
+        """Start-up: raise `UnsupportedBackend` for a server the limiter cannot work with (too old),
+        `BackendUnavailable` if it cannot be asked. A server or proxy that does not answer `INFO` is not
+        refused (a cluster-aware proxy may not), only logged. On a cluster this asks one node (redis-py's
+        default node)."""
         info: dict[str, str] = {}
-        for section in ("server", "replication", "cluster"):
+        for section in ("server", "replication"):
             try:
                 info |= parse_info(await self._guard(self._redis.execute("INFO", section), "load"))
             except BackendUnavailable as e:
@@ -207,14 +241,12 @@ class RedisBackend:
         if (problem := deployment_problem(info)) is not None:
             raise UnsupportedBackend(problem)
         if info.get("role") == "slave":
-            log.warning(
-                "LLMGW_REDIS_URL points at a replica: the limiter's writes fail until it is a primary"
-            )
+            log.warning("the limiter's Redis is a replica (role:slave): writes fail until it is a primary")
 
     async def _guard(self, call: Awaitable[T], op: str) -> T:
         try:
             return await call
-        except (rexc.RedisError, OSError) as e:
+        except CLIENT_ERRORS as e:
             raise _unavailable(e, op) from e
 
     async def _run(self, name: str, keys: Sequence[str], args: Sequence[str | int]) -> Any:
@@ -232,7 +264,7 @@ class RedisBackend:
                 self._sha.pop(name, None)
                 if attempt:
                     raise _unavailable(e, _OP[name]) from e
-            except (rexc.RedisError, OSError) as e:
+            except CLIENT_ERRORS as e:
                 raise _unavailable(e, _OP[name]) from e
         raise AssertionError("unreachable")
 

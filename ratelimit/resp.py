@@ -1,6 +1,14 @@
-"""A lean Redis client for the limiter's script calls: one pipelined connection, hiredis parsing.
+"""The limiter's Redis clients: `RedisPyClient` over redis-py (the default, every deployment) and
+`RespClient`, a lean pipelined client (opt-in, standalone only); both give the backend
+`script_load` / `evalsha` / `execute` and raise redis-py's exception classes.
 
-The limiter makes one EVALSHA per LLM request on the gateway's hot path. Profiling the general
+`RedisPyClient` adapts a redis-py asyncio client as `gateway.redis_conn` builds it: `Redis` for a
+standalone server, a Sentinel `master_for` client (it asks the sentinels for the primary on every new
+connection and turns READONLY from a demoted primary into a reconnect), or `RedisCluster` (follows
+MOVED / ASK, routes EVALSHA by its keys' slot, sends SCRIPT LOAD to every primary). That client must
+have no retries: a retried EVALSHA whose first attempt reached Redis would apply twice.
+
+`RespClient`: the limiter makes one EVALSHA per LLM request on the gateway's hot path. Profiling the general
 client (redis-py) showed its per-command machinery (pool checkout, argument encoding, stream
 reader) costing more CPU than the rest of admission together. Redis answers in order on a
 connection, so every coroutine can share ONE connection: a call packs its command, writes it, and
@@ -13,8 +21,10 @@ exception classes, so callers handle both clients alike, and `reason_of` names a
 (`ratelimit.errors.REASONS`). The next call reconnects; a connection whose AUTH or SELECT fails is
 closed at once (a rotated password would otherwise leak one socket per call until descriptors run out).
 
-We speak to one server: MOVED / ASK are not followed. `deployment_problem` reads `INFO` at start-up and
-names what is supported (`SUPPORTED`); a redirect at run time is an error like any other.
+`RespClient` speaks to one server: MOVED / ASK are not followed, no sentinel is asked, so the gateway
+offers it in standalone mode only (`LLMGW_REDIS_LIMITER_CLIENT=resp`); a redirect reaching it is an
+error like any other. `deployment_problem` reads `INFO` at start-up and refuses a Redis too old for the
+scripts.
 """
 
 from __future__ import annotations
@@ -29,6 +39,7 @@ from typing import Any
 from urllib.parse import unquote, urlparse
 
 import hiredis
+import redis.asyncio as aioredis
 import redis.exceptions as rexc
 
 Arg = bytes | str | int
@@ -40,9 +51,12 @@ def pack(args: tuple[Arg, ...]) -> bytes:
 
 
 SUPPORTED = (
-    "a standalone Redis primary, a primary provided by Sentinel, or a cluster-aware proxy "
-    "(the limiter does not follow Redis Cluster redirects)"
+    "a standalone primary or one provided by Sentinel (either client), a Redis Cluster with "
+    "LLMGW_REDIS_MODE=cluster (redis-py client), or a cluster-aware proxy"
 )
+# Every error a call of either client can raise: redis-py's, the socket's, and RedisCluster's own
+# (`RedisClusterException` is no `RedisError`: no reachable seed node, slots not covered).
+CLIENT_ERRORS: tuple[type[BaseException], ...] = (rexc.RedisError, rexc.RedisClusterException, OSError)
 # The scripts call TIME before writing, which needs effects replication: the default from Redis 5.0
 # (multi-field HSET needs 4.0, ZADD XX 3.0.2; nothing newer is used).
 MIN_VERSION = (5, 0)
@@ -102,6 +116,10 @@ _CODE_REASON = {
 
 def reason_of(error: BaseException) -> str:
     """What went wrong, in one word of `ratelimit.errors.REASONS`, for any error of either client."""
+    if isinstance(error, rexc.RedisClusterException):
+        # RedisCluster wraps what stopped it (a refused connection, a wrong password) as its cause.
+        cause = error.__cause__
+        return reason_of(cause) if cause is not None and cause is not error else "moved"
     for cls, reason in _BY_CLASS:
         if isinstance(error, cls):
             return reason
@@ -117,17 +135,18 @@ def reason_of(error: BaseException) -> str:
     return "other"
 
 
-def parse_info(reply: bytes | str) -> dict[str, str]:
-    """`INFO` text -> field -> value."""
+def parse_info(reply: bytes | str | Mapping[str, Any]) -> dict[str, str]:
+    """`INFO` text (RespClient) or redis-py's parsed reply -> field -> value (as text)."""
+    if isinstance(reply, Mapping):
+        return {str(k): str(v) for k, v in reply.items()}
     text = reply.decode() if isinstance(reply, bytes) else reply
     fields = (line.split(":", 1) for line in text.splitlines() if ":" in line and not line.startswith("#"))
     return {k: v.strip() for k, v in fields}
 
 
 def deployment_problem(info: Mapping[str, str]) -> str | None:
-    """Why the limiter cannot work with the server `INFO` describes (None: it can)."""
-    if info.get("cluster_enabled") == "1":
-        return f"LLMGW_REDIS_URL points at a Redis Cluster node (cluster_enabled:1); supported: {SUPPORTED}"
+    """Why the limiter cannot work with the server `INFO` describes (None: it can). Whether a cluster
+    node fits the configured mode is the gateway's check (`gateway.redis_conn`)."""
     version = info.get("redis_version")
     if version:
         parts = tuple(int(p) for p in re.findall(r"\d+", version)[:2])
@@ -214,11 +233,17 @@ class RespClient:
         username: str | None = None,
         password: str | None = None,
         tls: bool = False,
+        ssl_context: ssl.SSLContext | None = None,
+        server_hostname: str | None = None,
         connect_timeout_s: float = 0.25,
         op_timeout_s: float = 0.25,
     ) -> None:
+        """TLS when `tls` or `ssl_context` (`tls` alone: the system's CAs, full verification);
+        `server_hostname`: the name sent as SNI and checked, when it is not `host`."""
         self._host, self._port, self._db = host, port, db
-        self._username, self._password, self._tls = username, password, tls
+        self._username, self._password = username, password
+        self._ssl = ssl_context if ssl_context is not None or not tls else ssl.create_default_context()
+        self._server_hostname = server_hostname if self._ssl is not None else None
         self._connect_timeout, self._op_timeout = connect_timeout_s, op_timeout_s
         self._conn: _Conn | None = None
         self._connecting: asyncio.Future[_Conn] | None = None
@@ -247,7 +272,8 @@ class RespClient:
                     lambda: _Conn(self._op_timeout),
                     self._host,
                     self._port,
-                    ssl=ssl.create_default_context() if self._tls else None,
+                    ssl=self._ssl,
+                    server_hostname=self._server_hostname,
                 ),
                 self._connect_timeout,
             )
@@ -307,3 +333,34 @@ class RespClient:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+
+
+class RedisPyClient:
+    """`RespClient`'s three calls over a redis-py asyncio client (see the module docstring): EVALSHA and
+    `execute` go straight to `execute_command`, so a call adds no coroutine layer of its own. Replies
+    are redis-py's: raw for EVALSHA / EVAL / GET, parsed where redis-py has a callback (INFO: a dict,
+    which `parse_info` takes too)."""
+
+    __slots__ = ("_client", "_execute")
+
+    def __init__(self, client: aioredis.Redis | aioredis.RedisCluster) -> None:
+        self._client = client
+        self._execute = client.execute_command
+
+    def execute(self, *args: Arg) -> Awaitable[Any]:
+        name = args[0]
+        if isinstance(name, bytes):  # RespClient's callers may name a command in bytes; RedisCluster
+            args = (name.decode(), *args[1:])  # routes by the name as text (it fails on bytes)
+        return self._execute(*args)
+
+    async def script_load(self, source: str) -> str:
+        # Through redis-py's own command: RedisCluster sends it to every primary (EVALSHA may land on
+        # any of them as slots move; a failover's new primary may still lack it: NOSCRIPT reloads).
+        sha = await self._client.script_load(source)
+        return sha.decode() if isinstance(sha, bytes) else str(sha)
+
+    def evalsha(self, sha: str, numkeys: int, *args: Arg) -> Awaitable[Any]:
+        return self._execute("EVALSHA", sha, numkeys, *args)
+
+    async def aclose(self) -> None:
+        await self._client.aclose()

@@ -31,12 +31,13 @@ from gateway.config import ConfigError, ModelCache, Policy
 from gateway.edge.exchange import Kind
 from gateway.errors import InvalidRequestError
 from gateway.observability.metrics import Metrics
+from gateway.redis_conn import commands_client, target_of
 from gateway.routing.aliases import RoutedAlias
 from gateway.settings import Settings
 from gateway.sse import payloads
 from ratelimit.keys import scope_id
 from ratelimit.model import Tenant
-from ratelimit.resp import RespClient
+from ratelimit.resp import RedisPyClient
 from router.artifact_error import RouterArtifactError
 from router.text import request_text
 
@@ -314,15 +315,13 @@ def build_cache(
     cfg = policy.cache
     log = logging.getLogger("llmgw.cache")
     closers: list[Callable[[], Awaitable[None] | None]] = []
-    client: RespClient | None = None
+    client: RedisPyClient | None = None
     if cfg.backend == "redis":
-        if not settings.redis_url:
+        target = target_of(settings)
+        if target is None:
             raise ConfigError("cache.backend is 'redis' but LLMGW_REDIS_URL is not set")
-        client = RespClient.from_url(
-            settings.redis_url,
-            connect_timeout_s=settings.redis_timeout_s,
-            op_timeout_s=settings.redis_timeout_s,
-        )
+        # Any mode: every command of the cache names one key (or none: FT.*), so no hash tags are needed.
+        client = commands_client(target)
         closers.append(client.aclose)
     store: ExactStore = (
         RedisExactStore(client) if client is not None else MemoryExactStore(cfg.memory_max_bytes)

@@ -32,6 +32,7 @@ LAYERS: list[tuple[str, ...]] = [
         "gateway.config_drift",
         "gateway.settings",
         "gateway.sse",
+        "gateway.redis_conn",
     ),
     (
         "gateway.edge.exchange",

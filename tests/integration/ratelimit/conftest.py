@@ -15,10 +15,11 @@ import pytest
 from contract_harness import Harness
 
 
-@pytest.fixture(params=["memory", "redis"])
+# "redis": the Redis backend on redis-py (the gateway's default client); "resp": on the lean RESP client.
+@pytest.fixture(params=["memory", "redis", "resp"])
 async def harness(request: pytest.FixtureRequest) -> AsyncIterator[Harness]:
     url = None
-    if request.param == "redis":
+    if request.param != "memory":
         url = request.getfixturevalue("redis_server").url
     # A fresh key prefix per test isolates tests sharing the session's redis-server.
     h = Harness(request.param, url, prefix=f"t{uuid.uuid4().hex[:16]}")

@@ -40,7 +40,11 @@ class Harness:
         else:
             assert self.redis_url is not None
             backend = RedisBackend.from_url(
-                self.redis_url, lease_s=lease_s, key_prefix=self.prefix, sub_window_s=sub_window_s
+                self.redis_url,
+                lease_s=lease_s,
+                key_prefix=self.prefix,
+                sub_window_s=sub_window_s,
+                client="resp" if self.kind == "resp" else "redis-py",
             )
             await backend.load()
             limiter = backend

@@ -1,6 +1,8 @@
-"""Redis errors that are not outages, produced for real: each is a `BackendUnavailable` with its reason
-and op (never a raw client error), the limiter's connection leaks nothing when AUTH fails, and a
-deployment the limiter cannot work with (Redis Cluster) is refused at start-up."""
+"""Redis errors that are not outages, produced for real with either limiter client (redis-py, the
+default, and the lean RESP client): each is a `BackendUnavailable` with its reason and op (never a raw
+client error), the limiter's connection leaks nothing when AUTH fails; the gateway refuses to start on
+settings that cannot work (a cluster node in standalone mode, a wrong password) and admits on a cluster
+in cluster mode (issue 41)."""
 
 from __future__ import annotations
 
@@ -19,10 +21,10 @@ from gateway.config import ConfigError, parse_policy
 from gateway.errors import UpstreamUnavailableError
 from gateway.parts import build
 from gateway.settings import Settings
-from ratelimit.errors import BackendUnavailable, UnsupportedBackend
+from ratelimit.errors import BackendUnavailable
 from ratelimit.model import Admission, Dimension, Level, Reservation, Rule, Tenant
 from ratelimit.redis_backend import RedisBackend
-from ratelimit.resp import SUPPORTED, RespClient
+from ratelimit.resp import RespClient
 from ratelimit.rules import request_cost, usage_cost
 from tests.support.poll import wait_until
 from tests.support.procs import free_port
@@ -41,6 +43,12 @@ def server(tmp_path: Path) -> Iterator[RedisServer]:
     srv.kill()
 
 
+@pytest.fixture(params=["redis-py", "resp"])
+def client(request: pytest.FixtureRequest) -> str:
+    """The limiter's client (`RedisBackend.from_url(client=...)`)."""
+    return str(request.param)
+
+
 def url_with(server: RedisServer, auth: str) -> str:
     return f"redis://{auth}@127.0.0.1:{server.port}/0"
 
@@ -55,9 +63,9 @@ async def failure(call: Coroutine[Any, Any, Any]) -> tuple[str, str]:
     return info.value.reason, info.value.op
 
 
-async def test_out_of_memory_is_backend_unavailable_and_passes(server: RedisServer) -> None:
+async def test_out_of_memory_is_backend_unavailable_and_passes(server: RedisServer, client: str) -> None:
     admin = redis.Redis(port=server.port)
-    backend = RedisBackend.from_url(server.url, lease_s=30, key_prefix="oom")
+    backend = RedisBackend.from_url(server.url, lease_s=30, key_prefix="oom", client=client)
     await backend.load()
     held = await backend.admit(adm("before"))
     assert held.reservation is not None
@@ -75,38 +83,38 @@ async def test_out_of_memory_is_backend_unavailable_and_passes(server: RedisServ
     await backend.close()
 
 
-async def test_authentication_errors_are_backend_unavailable(server: RedisServer) -> None:
+async def test_authentication_errors_are_backend_unavailable(server: RedisServer, client: str) -> None:
     redis.Redis(port=server.port).config_set("requirepass", "right")
     for url in (server.url, url_with(server, ":wrong"), url_with(server, "nobody:right")):
-        backend = RedisBackend.from_url(url, lease_s=30, key_prefix="auth")
+        backend = RedisBackend.from_url(url, lease_s=30, key_prefix="auth", client=client)
         assert await failure(backend.check()) == ("auth", "load"), url
         assert await failure(backend.load()) == ("auth", "load"), url
         await backend.close()
-    backend = RedisBackend.from_url(url_with(server, ":right"), lease_s=30, key_prefix="auth")
+    backend = RedisBackend.from_url(url_with(server, ":right"), lease_s=30, key_prefix="auth", client=client)
     await backend.check()
     await backend.load()
     assert (await backend.admit(adm("ok"))).allowed
     await backend.close()
 
 
-async def test_acl_refusals_are_backend_unavailable(server: RedisServer) -> None:
+async def test_acl_refusals_are_backend_unavailable(server: RedisServer, client: str) -> None:
     admin = redis.Redis(port=server.port)
     admin.execute_command("ACL", "SETUSER", "gw", "on", ">pw", "~*", "+@all", "-evalsha")
-    backend = RedisBackend.from_url(url_with(server, "gw:pw"), lease_s=30, key_prefix="acl")
+    backend = RedisBackend.from_url(url_with(server, "gw:pw"), lease_s=30, key_prefix="acl", client=client)
     await backend.load()  # SCRIPT LOAD is allowed, running the scripts is not
     assert await failure(backend.admit(adm("r"))) == ("noperm", "admit")
     await backend.close()
 
 
 async def test_a_replica_is_read_only_and_said_so_at_start(
-    server: RedisServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    server: RedisServer, tmp_path: Path, caplog: pytest.LogCaptureFixture, client: str
 ) -> None:
     (tmp_path / "replica").mkdir()
     replica = RedisServer(tmp_path / "replica")
     replica.start()
     try:
         redis.Redis(port=replica.port).replicaof("127.0.0.1", server.port)
-        backend = RedisBackend.from_url(replica.url, lease_s=30, key_prefix="ro")
+        backend = RedisBackend.from_url(replica.url, lease_s=30, key_prefix="ro", client=client)
         await backend.check()  # not refused (Sentinel may promote it), but logged
         assert "replica" in caplog.text
         await backend.load()
@@ -116,9 +124,9 @@ async def test_a_replica_is_read_only_and_said_so_at_start(
         replica.kill()
 
 
-async def test_a_script_error_is_backend_unavailable(server: RedisServer) -> None:
+async def test_a_script_error_is_backend_unavailable(server: RedisServer, client: str) -> None:
     """A usage too large for Redis integers (the issue's 10^18: Lua prints it as 1e+18)."""
-    backend = RedisBackend.from_url(server.url, lease_s=30, key_prefix="script")
+    backend = RedisBackend.from_url(server.url, lease_s=30, key_prefix="script", client=client)
     await backend.load()
     decision = await backend.admit(adm("huge"))
     assert decision.reservation is not None
@@ -213,18 +221,18 @@ def cluster(tmp_path: Path) -> Iterator[tuple[int, int]]:
             proc.wait()
 
 
-async def test_redis_cluster_is_refused_at_start_and_moved_is_backend_unavailable(
-    cluster: tuple[int, int],
+async def test_a_standalone_client_on_a_cluster_node_gets_moved_as_backend_unavailable(
+    cluster: tuple[int, int], client: str
 ) -> None:
+    """What the gateway's start-up check (standalone mode on a cluster node) prevents: a client that
+    follows no redirects sees every call MOVED."""
     node = f"redis://127.0.0.1:{cluster[0]}/0"
-    backend = RedisBackend.from_url(node, lease_s=30, key_prefix="cl")
-    with pytest.raises(UnsupportedBackend) as refused:
-        await backend.check()
-    assert "cluster_enabled:1" in str(refused.value) and SUPPORTED in str(refused.value)
-    await backend.load()  # had start-up gone on anyway: every call is redirected
+    backend = RedisBackend.from_url(node, lease_s=30, key_prefix="cl", client=client)
+    await backend.check()  # the mode is the gateway's check, not the limiter's
+    await backend.load()
     with pytest.raises(BackendUnavailable) as info:
         await backend.admit(adm("r"))
-    assert (info.value.reason, info.value.op) == ("moved", "admit") and SUPPORTED in str(info.value)
+    assert (info.value.reason, info.value.op) == ("moved", "admit")
     reservation = Reservation("r", RULES, {Dimension.TOKENS: 1}, "standard")
     assert await failure(backend.renew([reservation])) == ("moved", "renew")
     await backend.close()
@@ -243,13 +251,14 @@ limits: {backend: redis}
 """
 
 
-async def test_the_gateway_applies_each_pools_failure_mode_when_redis_fails(server: RedisServer) -> None:
-    """Built as the gateway builds it: Redis refuses every call (wrong password) from the start; the
-    gateway still starts, counts the error, and each pool gets its own mode (litellm: fail_closed)."""
-    redis.Redis(port=server.port).config_set("requirepass", "right")
-    components = build(parse_policy(POLICY, "<test>"), Settings(redis_url=url_with(server, ":wrong")))
+async def test_the_gateway_applies_each_pools_failure_mode_when_redis_fails() -> None:
+    """Built as the gateway builds it: Redis is down from the start (nothing listens); the gateway still
+    starts, counts the error, and each pool gets its own mode (litellm: fail_closed)."""
+    components = build(
+        parse_policy(POLICY, "<test>"), Settings(redis_url=f"redis://127.0.0.1:{free_port()}/0")
+    )
     await components.start()
-    assert components.failover is not None and components.failover.errors == {("load", "auth"): 1}
+    assert components.failover is not None and components.failover.errors == {("load", "connection"): 1}
     tenant = Tenant("k", "app", "org", "standard")
     admissions = components.admissions
     ticket = await admissions.admit("r1", tenant, "gpu", 10, 10, False)  # fail_open (the default)
@@ -261,10 +270,35 @@ async def test_the_gateway_applies_each_pools_failure_mode_when_redis_fails(serv
     await components.close()
 
 
-async def test_the_gateway_refuses_to_start_on_a_cluster_node(cluster: tuple[int, int]) -> None:
+async def test_the_gateway_refuses_a_wrong_password_at_start(server: RedisServer) -> None:
+    redis.Redis(port=server.port).config_set("requirepass", "right")
+    components = build(parse_policy(POLICY, "<test>"), Settings(redis_url=url_with(server, ":wrong")))
+    with pytest.raises(ConfigError) as info:
+        await components.start()
+    message = str(info.value)
+    assert "LLMGW_REDIS_PASSWORD" in message and "authentication failed" in message
+    assert "wrong" not in message.replace("WRONGPASS", "")  # the setting is named, its value never
+    await components.close()
+
+
+async def test_the_gateway_refuses_to_start_on_a_cluster_node_in_standalone_mode(
+    cluster: tuple[int, int],
+) -> None:
     settings = Settings(redis_url=f"redis://127.0.0.1:{cluster[0]}/0")
     components = build(parse_policy(POLICY, "<test>"), settings)
     with pytest.raises(ConfigError) as info:
         await components.start()
-    assert "cluster_enabled:1" in str(info.value) and SUPPORTED in str(info.value)
+    assert "cluster_enabled:1" in str(info.value) and "LLMGW_REDIS_MODE=cluster" in str(info.value)
+    await components.close()
+
+
+async def test_the_gateway_admits_on_a_cluster_in_cluster_mode(cluster: tuple[int, int]) -> None:
+    """Seeded with the node that serves no slot: the cluster client learns the map and follows it."""
+    settings = Settings(redis_mode="cluster", redis_url=f"redis://127.0.0.1:{cluster[0]}")
+    components = build(parse_policy(POLICY, "<test>"), settings)
+    await components.start()
+    assert components.failover is not None and components.failover.errors == {}
+    tenant = Tenant("k", "app", "org", "standard")
+    ticket = await components.admissions.admit("c1", tenant, "strict", 10, 10, False)  # fail_closed pool
+    components.admissions.settle(ticket, 10, 10)
     await components.close()
