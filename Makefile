@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 PORT   ?= 8080
 FUZZ_EXAMPLES ?= 200
 
-.PHONY: bench-instructions bench-redis-fill bench-redis-failover install run test test-lane-e2e test-lane-waits test-lane-checks test-lane-alone check lint typecheck unit integration e2e conformance vllm tiny-model fuzz bench-overhead bench-observe bench-pools router-encoder bench-router k8s-tools helm-check agent-clis redis-stack bench-cache semantic-threshold peers-tools bench-peers bench-knee bench-capacity bench-soak bench-spec bench-lora lock clean
+.PHONY: bench-instructions bench-redis-fill bench-redis-failover bench-redis-throughput install run test test-lane-e2e test-lane-waits test-lane-checks test-lane-alone check lint typecheck unit integration e2e conformance vllm tiny-model fuzz bench-overhead bench-observe bench-pools router-encoder bench-router k8s-tools helm-check agent-clis redis-stack bench-cache semantic-threshold peers-tools bench-peers bench-knee bench-capacity bench-soak bench-spec bench-lora lock clean
 
 $(STAMP): pyproject.toml constraints/gateway.txt eval/routing/export_encoder.py eval/routing/encoder_delta.py eval/routing/deltas/minilm-l3-gain.npz
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) on PATH"; exit 1; }
@@ -121,6 +121,11 @@ bench-redis-fill: $(STAMP)
 ## slots held after lease_s (a report; ~1 min)
 bench-redis-failover: $(STAMP)
 	$(BIN)/python -m eval.bench.redis_failover $(BENCH_ARGS)
+
+## bench-redis-throughput: limiter admissions/s on a standalone Redis and a 3-primary cluster from 1, 2 and 4
+## processes, with Redis's CPU per second (a report; ~1 min)
+bench-redis-throughput: $(STAMP)
+	$(BIN)/python -m eval.bench.redis_throughput $(BENCH_ARGS)
 
 bench-instructions: $(STAMP)
 	@command -v valgrind >/dev/null 2>&1 || { echo "bench-instructions needs valgrind and strace (apt-get install -y valgrind strace)"; exit 1; }
