@@ -247,6 +247,12 @@ def target_of(settings: Settings) -> RedisTarget | None:
     """The settings as a `RedisTarget`; None when no Redis is configured (standalone or cluster without
     `LLMGW_REDIS_URL`). Raises `RedisConfigError` for settings that cannot work together."""
     mode: Mode = settings.redis_mode
+    # auto: the lean client where it can go (standalone), redis-py where redirects and sentinels are needed
+    limiter: LimiterClient = (
+        ("resp" if mode == "standalone" else "redis-py")
+        if settings.redis_limiter_client == "auto"
+        else settings.redis_limiter_client
+    )
     if settings.redis_limiter_client == "resp" and mode != "standalone":
         raise RedisConfigError(
             f"LLMGW_REDIS_LIMITER_CLIENT=resp works with LLMGW_REDIS_MODE=standalone only (it follows no "
@@ -287,7 +293,7 @@ def target_of(settings: Settings) -> RedisTarget | None:
             sentinel_password=sentinel_password.get_secret_value() if sentinel_password else None,
             tls=_tls(settings, settings.redis_tls, mode),
             timeout_s=settings.redis_timeout_s,
-            limiter_client=settings.redis_limiter_client,
+            limiter_client=limiter,
         )
     if not settings.redis_url:
         if settings.redis_mode == "cluster":
@@ -314,7 +320,7 @@ def target_of(settings: Settings) -> RedisTarget | None:
         password=_password(settings, carried.password),
         tls=_tls(settings, settings.redis_tls or any(u.tls for u in urls), mode),
         timeout_s=settings.redis_timeout_s,
-        limiter_client=settings.redis_limiter_client,
+        limiter_client=limiter,
     )
 
 

@@ -88,10 +88,11 @@ class Settings(BaseSettings):
         description="the name sent as SNI and checked in the certificate when it differs from the host "
         "connected to (standalone and sentinel modes)",
     )
-    redis_limiter_client: Literal["redis-py", "resp"] = Field(
-        "redis-py",
-        description="the limiter's client: redis-py (every mode) or resp (the hand-written pipelined "
-        "client, ratelimit/resp.py; standalone only)",
+    redis_limiter_client: Literal["auto", "redis-py", "resp"] = Field(
+        "auto",
+        description="the limiter's client: resp (the hand-written pipelined client, ratelimit/resp.py; "
+        "standalone only), redis-py (every mode), auto = resp for standalone (redis-py measured +12 % "
+        "latency per request there, docs/design/004), redis-py for sentinel and cluster",
     )
     redis_timeout_s: float = Field(0.25, gt=0, description="connect / operation timeout towards Redis")
     admin_key: str | None = Field(None, description="bearer key of the admin API; unset = admin API disabled")
