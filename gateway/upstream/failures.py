@@ -56,11 +56,16 @@ log = logging.getLogger("llmgw.upstream")
 
 _IDENTIFIER = re.compile(r"[A-Za-z][A-Za-z0-9_.\-]{0,63}")
 _CONTEXT_LENGTH = re.compile(r"context.length|context window", re.IGNORECASE)
-# What may name the inside of the cluster, in the order replaced: URLs (any scheme), IPv4 / IPv6
-# literals with an optional port, host names (a dotted name with a port, or ending in a domain suffix
-# networks use: `vllm-0.vllm.ns.svc.cluster.local`, `gpu7.corp`; a field path such as `body.messages`
-# or a version such as 0.32.0 stays), absolute file paths, and control characters.
-_SUFFIXES = "local|internal|lan|svc|cluster|corp|intra|intranet|private|home|com|net|org|io|ai|dev|cloud"
+# What may name the inside of the cluster or a credential, in the order replaced: URLs (any scheme),
+# IPv4 / IPv6 literals with an optional port, host names (a dotted name with a port, or with a label
+# networks use anywhere after its first: `vllm-0.vllm.ns.svc.cluster.local`, `gpu-7.corp.example`; a
+# field path such as `body.messages` or a version such as 0.32.0 stays), absolute file paths,
+# credential-shaped tokens (a known key prefix, or 32+ characters of key alphabet with a digit), and
+# control characters. The request log's secret patterns run first.
+_SUFFIXES = (
+    "local|internal|lan|svc|cluster|corp|intra|intranet|private|home|example|test|localdomain|com|net|org|"
+    "io|ai|dev|cloud"
+)
 _INTERNAL = (
     (re.compile(r"\b[a-zA-Z][a-zA-Z0-9+.\-]{0,15}://\S*"), "<url>"),
     (  # IPv6: four groups or more, or a `::`
@@ -74,13 +79,21 @@ _INTERNAL = (
     (re.compile(r"\b\d{1,3}(?:\.\d{1,3}){3}(?::\d{1,5})?\b"), "<address>"),
     (  # RE2: a run of dotted labels costs Python's engine quadratic time
         re2.compile(
-            r"(?i)\b(?:[a-z0-9](?:[a-z0-9\-]{0,61}[a-z0-9])?\.)+"
-            rf"(?:(?:{_SUFFIXES})\b(?::\d{{1,5}})?|[a-z][a-z0-9\-]*:\d{{1,5}}\b)"
+            r"(?i)\b[a-z0-9][a-z0-9\-]*(?:\.[a-z0-9\-]+)*\.(?:" + _SUFFIXES + r")\b(?:\.[a-z0-9\-]+)*"
+            r"(?::\d{1,5})?|\b[a-z0-9][a-z0-9\-]*(?:\.[a-z0-9\-]+)+:\d{1,5}\b"
         ),
         "<host>",
     ),
     (re.compile(r"\b[a-zA-Z][a-zA-Z0-9\-]*:\d{2,5}\b"), "<host>"),
     (re.compile(r"(?<![\w<])/(?:[\w.\-]+/)+[\w.\-]*"), "<path>"),
+    (
+        re2.compile(
+            r"\b(?:(?:hf|sk|pk|rk|ghp|gho|ghs|glpat|xox[abpr]|pat|api|key|token|secret)[_\-][A-Za-z0-9_\-]{12,}"
+            r"|[A-Za-z0-9+/_\-]*[0-9][A-Za-z0-9+/_\-]*[A-Za-z][A-Za-z0-9+/_\-]{30,}"
+            r"|[A-Za-z0-9+/_\-]*[A-Za-z][A-Za-z0-9+/_\-]*[0-9][A-Za-z0-9+/_\-]{30,})"
+        ),
+        "[SECRET]",
+    ),
     (re.compile(r"[\x00-\x08\x0b-\x1f\x7f]+"), " "),
 )
 

@@ -22,7 +22,7 @@ from gateway.upstream.failures import (
     pool_reason,
 )
 
-SECRET = "failed at http://vllm-0.internal:8000/v1 with token sk-internal-0123456789 on host gpu-7.corp"
+SECRET = "failed at http://vllm-0.internal:8000/v1 with token sk-internal-0123456789 on host gpu-7.corp.example, hf_SECRETtoken0123456789abcdef"
 
 
 def vllm(status: int, message: str = SECRET, code: object = None, param: object = None) -> bytes:
@@ -68,7 +68,7 @@ def test_a_pool_refusal_tells_name_status_and_a_cleaned_reason(
     assert err.status == want_status
     assert err.code == want_code
     assert message in err.message
-    for leak in ("vllm-0", "sk-internal", "gpu-7", "http://", "8000"):
+    for leak in ("vllm-0", "sk-internal", "gpu-7", "http://", "8000", "hf_SECRET"):
         assert leak not in err.body().decode()
     if SECRET in body.decode(errors="replace") and status not in (401,):
         assert any("req-1" in r.getMessage() and "sk-internal" in r.getMessage() for r in caplog.records)
