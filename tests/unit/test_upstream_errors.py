@@ -22,7 +22,10 @@ from gateway.upstream.failures import (
     pool_reason,
 )
 
-SECRET = "failed at http://vllm-0.internal:8000/v1 with token sk-internal-0123456789 on host gpu-7.corp.example, hf_SECRETtoken0123456789abcdef"
+SECRET = (
+    "failed at http://vllm-0.internal:8000/v1 with token sk-internal-0123456789 on host gpu-7.corp.example, "
+    "hf_SECRETtoken0123456789abcdef"
+)
 
 
 def vllm(status: int, message: str = SECRET, code: object = None, param: object = None) -> bytes:
