@@ -38,6 +38,7 @@ from tests.support.prometheus import Prom, every_value
 from tests.support.stack import Stack
 
 STREAMS = 20  # half on the slowed replica
+HELD = 6  # requests at once on the pool that runs one at a time
 CASCADES = 4
 PRICE = (2.0, 6.0)  # USD per million input / output tokens, every priced pool
 RATE = "1m"
@@ -76,6 +77,13 @@ pools:
     model: m
     endpoints: {{dns: {{name: cold.invalid., port: 8000}}}}
     admission: {{cold_start_timeout_s: 0.2}}
+  # One request at a time on the slowed engine: a few at once wait in the hold queue (the fairness panels).
+  - name: held
+    model: m
+    endpoints: {{static: ["{sims["slowed"]}"]}}
+    saturation: {{inflight: 1}}
+    admission: {{max_queued: 16, max_wait_s: 30}}
+    timeouts: {timeouts}
   - name: spec
     model: m
     endpoints: {{static: ["{sims["spec"]}"]}}
@@ -92,6 +100,7 @@ models:
   - {{name: chat, route: {{pool: mixed}}, max_tokens: {{default: 3, cap: 8}}, slo_class: interactive}}
   - {{name: down, route: {{pool: down}}, slo_class: interactive}}
   - {{name: cold, route: {{pool: cold}}}}
+  - {{name: held, route: {{pool: held}}, max_tokens: {{default: 1, cap: 1}}}}
   - {{name: plain, route: {{pool: cheap}}, max_tokens: {{default: 3, cap: 8}}, cache: {{ttl_s: 600}}}}
   - name: spec
     route: {{speculative: {{pool: spec, plain: cheap, switch_batch: 8}}}}
@@ -176,6 +185,19 @@ def _drive(gateway: str, keys: dict[str, str], prom: Prom, spec_sim: str) -> Obs
     """The scripted run; what it implies is checked by the tests below."""
     acme = _client(gateway, keys["acme"])
     wait_until(prom.targets_up, "every target scraped", **SCRAPES)
+    # The hold queue's fairness series: requests waiting behind one another on `held` while Prometheus
+    # scrapes (from an org whose cost and accepted outputs no test counts), before anything else runs.
+    globex = _client(gateway, keys["globex"])
+    with ThreadPoolExecutor(HELD) as ex:
+        waiting = [
+            ex.submit(
+                globex.chat.completions.create, model="held", messages=[{"role": "user", "content": f"h{i}"}]
+            )
+            for i in range(HELD)
+        ]
+        wait_until(lambda: prom.query("llmgw_pool_tenant_share"), "a backlogged tenant scraped", **SCRAPES)
+        for fut in waiting:
+            fut.result()
     with ThreadPoolExecutor(STREAMS) as ex:
         streamed = list(ex.map(lambda _: _stream_once(acme), range(STREAMS)))
     cascades = [
@@ -187,7 +209,6 @@ def _drive(gateway: str, keys: dict[str, str], prom: Prom, spec_sim: str) -> Obs
             acme.chat.completions.create(model=alias, messages=[{"role": "user", "content": "x"}])
     # The cache panels: a deterministic request twice (a miss, then a hit), from an org whose cost
     # and accepted outputs no test counts.
-    globex = _client(gateway, keys["globex"])
     for _ in range(2):
         globex.chat.completions.create(
             model="plain", messages=[{"role": "user", "content": "c"}], temperature=0
@@ -313,7 +334,13 @@ def _queries() -> list[tuple[str, str]]:
     return out
 
 
+# Gauges exported only while a state lasts (a tenant waiting in a hold queue): gone, and so stale, by the
+# time the queries run; asked for over the run instead, so they must still have been exported.
+_WHILE_IT_LASTS = re.compile(r"llmgw_pool_tenant_(?:due_)?share(?:\{[^}]*\})?")
+
+
 def _runnable(expr: str) -> str:
+    expr = _WHILE_IT_LASTS.sub(lambda m: f"last_over_time({m.group(0)}[10m])", expr)
     expr = expr.replace("$__rate_interval", RATE).replace('=~"$namespace"', '=~".*"')
     expr = re.sub(r"\$\{?\w+\}?", ".*", expr)
     return every_value(re.sub(r"offset\s+\d+[smhd]", "offset 10s", expr))
