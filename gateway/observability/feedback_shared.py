@@ -74,7 +74,8 @@ class FeedbackStoreUnavailable(Exception):
 
 def record_key(prefix: str, org: str, request_id: str) -> str:
     digest = hashlib.sha256(f"{org}\0{request_id}".encode()).hexdigest()[:32]
-    return f"{prefix}fb:{digest}"
+    # The digest is the hash tag: a record and its `:rated` mark share a Cluster slot (one MGET reads both).
+    return f"{prefix}fb:{{{digest}}}"
 
 
 def encode(pool: str, at: float, extra: bytes | None) -> bytes:

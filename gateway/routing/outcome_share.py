@@ -2,8 +2,9 @@
 
 Each replica learns from its own exploration, its cascades and the feedback it receives; with N
 replicas that is about 1/N of what the deployment learns. With `LLMGW_REDIS_URL` set, every outcome is
-also appended (XADD, MAXLEN ~ the memory's capacity) to `{prefix}outcomes:{alias}` as a
-`router.memory.to_record` (float16 embedding + label, ~770 bytes at 384 dims) with the replica's id,
+also appended (XADD, MAXLEN ~ the memory's capacity) to `{prefix}outcomes:{outcomes}:{alias}` (one
+hash tag, so one XREAD polls every stream on a Cluster too) as a `router.memory.to_record` (float16
+embedding + label, ~770 bytes at 384 dims) with the replica's id,
 and every replica polls the streams (XREAD, no blocking: the client's socket timeout stays short) and
 adds the others' outcomes. A starting replica first reads the stream's last `capacity` entries, so a
 restart or a scale-up keeps what the deployment has learnt.
@@ -49,7 +50,8 @@ class SharedOutcomes:
         self._redis = client
         # Only aliases with a memory take part; each keeps its own stream.
         self._learnings = {a: lr for a, lr in learnings.items() if lr.memory is not None}
-        self._keys = {a: f"{key_prefix}outcomes:{a}" for a in self._learnings}
+        # One hash tag for every alias's stream: one XREAD polls them all, on a Redis Cluster too.
+        self._keys = {a: f"{key_prefix}outcomes:{{outcomes}}:{a}" for a in self._learnings}
         self._alias_of = {key: a for a, key in self._keys.items()}
         self._replica = uuid.uuid4().hex[:12].encode()
         self._interval = interval_s

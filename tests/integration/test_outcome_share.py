@@ -25,6 +25,8 @@ POLICY = RoutingPolicy.model_validate(
     {"tiers": [{"pool": "s"}, {"pool": "l"}], "difficulty": {"memory": {"capacity": 50, "k": 4}}}
 )
 
+STREAM = "t:outcomes:{outcomes}:auto"  # the prefix `t:`, alias `auto` (one hash tag for every stream)
+
 
 def _replica(client: aioredis.Redis) -> tuple[Learning, SharedOutcomes, Metrics]:
     metrics = Metrics(default_policy())
@@ -72,11 +74,11 @@ async def test_outcomes_reach_the_other_replica_once_and_a_new_one_warms_up(
 async def test_hostile_stream_entries_teach_nothing(redis_client: aioredis.Redis) -> None:
     client = redis_client
     good = to_record(_emb(3), 0.25)
-    await client.xadd("t:outcomes:auto", {b"r": b"x", b"o": b"\x00" * 7})  # not a record
-    await client.xadd("t:outcomes:auto", {b"r": b"x", b"o": to_record(np.ones(DIM + 2, np.float32), 0.5)})
-    await client.xadd("t:outcomes:auto", {b"r": b"x", b"o": good[:-4] + b"\x00\x00\xc0\x7f"})  # NaN label
-    await client.xadd("t:outcomes:auto", {b"r": b"x"})  # no record at all
-    await client.xadd("t:outcomes:auto", {b"r": b"x", b"o": good})
+    await client.xadd(STREAM, {b"r": b"x", b"o": b"\x00" * 7})  # not a record
+    await client.xadd(STREAM, {b"r": b"x", b"o": to_record(np.ones(DIM + 2, np.float32), 0.5)})
+    await client.xadd(STREAM, {b"r": b"x", b"o": good[:-4] + b"\x00\x00\xc0\x7f"})  # NaN label
+    await client.xadd(STREAM, {b"r": b"x"})  # no record at all
+    await client.xadd(STREAM, {b"r": b"x", b"o": good})
     learning, share, _ = _replica(client)
     await share.start()
     try:
