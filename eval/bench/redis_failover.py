@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import bisect
 import itertools
 import json
 import sys
@@ -43,10 +42,10 @@ from typing import Any
 import httpx
 
 from eval.bench.procs import free_port, spawned
+from eval.bench.redis_fill import WINDOW_S, worst_window
 from gateway.tenancy.keys import generate_key, hash_key
 from tests.support.redis_topologies import RedisCluster, SentinelGroup
 
-WINDOW_S = 6.0  # 12 sub-windows of 0.5 s
 MAX_TOKENS = 48
 CONCURRENT = 4
 LIMITER_TAG = "{llmgw"  # every limiter key starts with its hash tag (ratelimit.keys)
@@ -135,17 +134,6 @@ async def _drive(urls: Sequence[str], key: str, opts: argparse.Namespace, kill: 
     return run, killed_at
 
 
-def _worst_window(done: list[tuple[float, int, int]]) -> int:
-    ok = [(t, tok) for t, status, tok in done if status == 200]
-    times = [t for t, _ in ok]
-    sums = list(itertools.accumulate(tok for _, tok in ok))
-    worst = 0
-    for i, t in enumerate(times):
-        j = bisect.bisect_right(times, t + WINDOW_S) - 1
-        worst = max(worst, sums[j] - (sums[i - 1] if i else 0))
-    return worst
-
-
 def _recovery(done: list[tuple[float, int, int]], killed_at: float) -> tuple[int, float | None]:
     """(failed requests after the kill, seconds from the kill to the first 200 after which nothing
     failed for 3 s; None if that never happened)."""
@@ -218,7 +206,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         run, killed_at = asyncio.run(_drive(urls, keys["budgeted"], opts, kill))
         time.sleep(opts.lease_s + 1.0)
         held = asyncio.run(_slots_held(urls, keys["slots"]))
-    worst = _worst_window(run.done)
+    worst = worst_window([(t, tok) for t, status, tok in run.done if status == 200])
     failed, recovered = _recovery(run.done, killed_at)
     reservation = MAX_TOKENS + 64  # a request's output cap and its prompt estimate
     bound = opts.budget + 2 * reservation

@@ -163,8 +163,9 @@ async def _drive(urls: Sequence[str], keys: dict[str, str], r: redis.Redis, opts
     return run
 
 
-def _worst_window(done: list[tuple[float, int]]) -> int:
-    """The most tokens the budgeted key was answered in any WINDOW_S interval."""
+def worst_window(done: list[tuple[float, int]]) -> int:
+    """The most tokens the budgeted key was answered in any WINDOW_S interval (`done`: (time, tokens)
+    in time order; also eval.bench.redis_failover's)."""
     times = [t for t, _ in done]
     sums = list(itertools.accumulate(tok for _, tok in done))
     worst = 0
@@ -232,7 +233,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             used_ok = probe.status_code
         pages = [httpx.get(f"{u}/metrics", timeout=10).text for u in urls]
         used, maxmemory, oom = _redis_state(r)
-    worst = _worst_window(run.budgeted)
+    worst = worst_window(run.budgeted)
     bound = opts.budget + 2 * (MAX_TOKENS + 64)  # one reservation per replica: prompt estimate + output cap
     figures = {
         "maxmemory": maxmemory,
