@@ -11,7 +11,8 @@ sharing and revocations agree on the mode, the credentials, TLS and the timeouts
     script_client(target)    the limiter's `ScriptClient`: `ratelimit.resp.RedisPyClient` over a client
                              with NO retries (a retried EVALSHA could apply twice), or the lean
                              `RespClient` (`LLMGW_REDIS_LIMITER_CLIENT=resp`, standalone only)
-    commands_client(target)  the response cache's `execute` client (no retries: an error is a miss)
+    commands_client(target)  the response cache's `execute` client (an error is a miss: no retries on
+                             a standalone server, one after a failover elsewhere)
     check_server(target, c)  start-up: the server fits the settings, else `RedisConfigError` naming the
                              setting; an outage propagates (the failure mode decides, not a crash)
     preflight(target)        `check_server` on a client of its own (`llmgw serve`, before uvicorn)
@@ -570,8 +571,11 @@ def script_client(target: RedisTarget) -> RedisPyClient | RespClient:
 
 def commands_client(target: RedisTarget) -> RedisPyClient:
     """The response cache's client (`cache.commands.Commands`): single-key commands, RESP2 replies (the
-    semantic index parses FT.SEARCH's RESP2 shape)."""
-    return RedisPyClient(_build(target, retries=0, protocol=2))
+    semantic index parses FT.SEARCH's RESP2 shape). An error is a miss, so no retry on a standalone
+    server (a retry would only double a timeout); on a cluster or a Sentinel primary one retry, since
+    after a failover each pooled connection to the old primary fails once before the client learns
+    the new topology (tests/integration/redis_topologies)."""
+    return RedisPyClient(_build(target, retries=0 if target.mode == "standalone" else 1, protocol=2))
 
 
 # --- start-up checks ----------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ while every socket bind, listen and connect raises. The loopback bridge this rep
 from __future__ import annotations
 
 import gc
+import os
 import socket
 from collections.abc import AsyncIterator, Iterator
 from types import SimpleNamespace
@@ -24,6 +25,8 @@ from gateway.settings import Settings
 from gateway.upstream.hosted import LiteLLMTransport
 from gateway.upstream.transport import Request
 
+# Imported here before the transport sets it: LiteLLM must not try to fetch its price map either way.
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 pytest.importorskip("litellm")
 
 POOL = {
