@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 PORT   ?= 8080
 FUZZ_EXAMPLES ?= 200
 
-.PHONY: bench-instructions bench-redis-fill bench-redis-failover bench-redis-throughput install run test test-lane-e2e test-lane-waits test-lane-checks test-lane-alone check lint typecheck unit integration e2e conformance vllm tiny-model fuzz bench-overhead bench-observe bench-pools router-encoder bench-router k8s-tools helm-check agent-clis redis-stack bench-cache semantic-threshold peers-tools bench-peers bench-knee bench-capacity bench-soak bench-spec bench-lora lock clean
+.PHONY: bench-fair bench-slo bench-instructions bench-redis-fill bench-redis-failover bench-redis-throughput install run test test-lane-e2e test-lane-waits test-lane-checks test-lane-alone check lint typecheck unit integration e2e conformance vllm tiny-model fuzz bench-overhead bench-observe bench-pools router-encoder bench-router k8s-tools helm-check agent-clis redis-stack bench-cache semantic-threshold peers-tools bench-peers bench-knee bench-capacity bench-soak bench-spec bench-lora lock clean
 
 $(STAMP): pyproject.toml constraints/gateway.txt eval/routing/export_encoder.py eval/routing/encoder_delta.py eval/routing/deltas/minilm-l3-gain.npz
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) on PATH"; exit 1; }
@@ -29,9 +29,10 @@ run: $(STAMP) $(if $(VLLM),tiny-model)
 
 ## test: install, then every layer: lint + types, unit, integration, e2e, conformance (real vLLM), security +
 ## chart, bounded fuzz, helm-check. Every layer runs even after one failed; the end prints each layer's wall
-## time (tests/support/layers.py) and fails if any layer failed. First two lanes side by side: e2e (real
-## processes, mostly waiting on them) and the layers that need one core and start no server but fuzz's
-## (each printed in one piece when it ends); then integration, conformance and security + chart alone.
+## time (tests/support/layers.py) and fails if any layer failed. First three lanes side by side: e2e (real
+## processes, mostly waiting on them), the Redis fault layers then security + chart, and the layers that
+## need one core (lint, unit, helm-check, fuzz, then the Redis topologies), each printed in one piece when
+## it ends; then integration and conformance alone.
 PYTEST := $(BIN)/python -m pytest -q -p no:cacheprovider
 LAYERS_LOG := .run/test-layers.tsv
 LAYER = @$(BIN)/python -m tests.support.layers run $(LAYERS_LOG)
@@ -43,8 +44,9 @@ test: $(STAMP) k8s-tools redis-stack tiny-model agent-clis
 
 # The lanes of `make test` (each expects the tools installed and `layers start` run). Three side by side
 # on two cores: `waits` is mostly waiting (Redis stopped or frozen for seconds, fault timers), so it
-# costs the other two little. Then alone: integration (drain and failover timings) and conformance (two
-# vLLM servers, a core each).
+# costs the other two little. The Redis topologies (Sentinel, Cluster, TLS: mostly waiting for failovers,
+# whose bound is seconds) end the checks lane. Then alone: integration (drain timings) and conformance
+# (two vLLM servers, a core each).
 E2E_WAITS := tests/e2e/limits/test_redis_faults.py tests/e2e/limits/test_redis_outage.py \
 	tests/e2e/limits/test_key_store_faults.py
 test-lane-e2e:
@@ -57,8 +59,9 @@ test-lane-checks:
 	$(LAYER) unit --pytest --buffer -- $(PYTEST) tests/unit
 	$(LAYER) helm-check --buffer -- $(MAKE) --no-print-directory helm-check
 	$(LAYER) fuzz --buffer -- $(MAKE) --no-print-directory fuzz FUZZ_EXAMPLES=$(FUZZ_EXAMPLES)
+	$(LAYER) redis-topologies --pytest --buffer -- $(PYTEST) tests/integration/redis_topologies
 test-lane-alone:
-	$(LAYER) integration --pytest -- $(PYTEST) tests/integration
+	$(LAYER) integration --pytest -- $(PYTEST) tests/integration --ignore=tests/integration/redis_topologies
 	$(LAYER) conformance --pytest -- $(PYTEST) tests/conformance
 
 check: lint typecheck
@@ -139,6 +142,16 @@ bench-observe: $(STAMP)
 ## prefix_affinity vs round_robin with 16 shared system prompts (a report, not a test; ~4 min)
 bench-pools: $(STAMP)
 	nice $(BIN)/python -m eval.bench.pools $(BENCH_ARGS)
+
+## bench-fair: fair shares of a saturated pool (issue 42): tenant A at 10x its share beside B and C, FIFO vs
+## fair queuing, and A alone both ways (work conservation); a report, not a test (~2 min)
+bench-fair: $(STAMP)
+	nice $(BIN)/python -m eval.bench.pools.fair $(BENCH_ARGS)
+
+## bench-slo: SLO-aware admission on a ramp of offered load past the knee: goodput with queue, shed and
+## reroute per step, a table and eval/results/slo/slo.png (a report, not a test; ~6 min)
+bench-slo: $(STAMP)
+	nice $(BIN)/python -m eval.bench.pools.slo $(BENCH_ARGS)
 
 ## router-encoder: (re)export the router's int8 ONNX MiniLM into router/assets/ from the pip-installed weights
 router-encoder: $(STAMP)

@@ -170,6 +170,18 @@ class SloClass(_Frozen):
     ttft_ms: float | None = Field(None, gt=0)
     tpot_ms: float | None = Field(None, gt=0)
     e2e_ms: float | None = Field(None, gt=0)
+    on_unattainable: Literal["queue", "reroute", "shed"] = Field(
+        "queue",
+        description="a request its saturated pool would hold past ttft_ms (pools.slo predicts it): queue "
+        "(wait anyway), reroute (another pool of its alias the key may use that is predicted to meet it; "
+        "else shed), shed (503 at once, code slo_unattainable, with Retry-After)",
+    )
+
+    @model_validator(mode="after")
+    def _action_needs_ttft(self) -> SloClass:
+        if self.on_unattainable != "queue" and self.ttft_ms is None:
+            raise ValueError("on_unattainable other than queue needs ttft_ms (the target that is predicted)")
+        return self
 
     @model_validator(mode="after")
     def _at_least_one(self) -> SloClass:

@@ -187,6 +187,12 @@ class UpstreamUnavailableError(GatewayError):
     retryable = True
 
 
+class SloUnattainableError(UpstreamUnavailableError):
+    """A saturated pool would hold the request past its SLO's TTFT (`on_unattainable: shed`)."""
+
+    default_code = "slo_unattainable"
+
+
 class UpstreamTimeoutError(GatewayError):
     status = 504
     type = "api_error"

@@ -75,12 +75,26 @@ class Balancing(_Frozen):
     stale_after_s: float = Field(3.0, gt=0, description="scraped load older than this is ignored")
 
 
+class SaturationSignals(_Frozen):
+    """When the pool as a whole counts as saturated (pools.slo.saturation; the metric
+    llmgw_pool_saturated): while it holds requests, or while two of these agree (means over replicas)."""
+
+    waiting: float = Field(4.0, gt=0, description="the engines' waiting queue per replica at or above this")
+    kv_usage: float = Field(0.9, gt=0, le=1.0, description="KV-cache use at or above this")
+    ttft_s: float | None = Field(
+        None, gt=0, description="the replicas' observed TTFT (EWMA) at or above this; absent: not a signal"
+    )
+
+
 class Saturation(_Frozen):
     """When a replica takes no more work (all replicas saturated = the pool holds requests)."""
 
     kv_usage: float = Field(0.97, gt=0, le=1.0, description="scraped KV-cache use at or above this")
     waiting: int = Field(64, ge=1, description="scraped waiting queue at or above this")
     inflight: int = Field(256, ge=1, description="this gateway's in-flight requests at or above this")
+    signals: SaturationSignals = Field(
+        SaturationSignals(), description="when the pool counts as saturated (a metric, not a refusal)"
+    )
 
 
 class Retries(_Frozen):

@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from pools.config import BANDS, Fairness
+from pools.slo import SloAsk
 
 T = TypeVar("T")
 
@@ -58,7 +59,9 @@ class Flow:
     app: str = ""
     tier: str = ""
     cost: int = 0  # the input estimate
+    slo: SloAsk | None = None  # its SLO class's TTFT target and action (pools.slo); None: just queue
     held: tuple[int, int, str, float] | None = None
+    predicted: float | None = None  # its TTFT predicted when it was held (seconds)
 
 
 def band_name(band: int) -> str:

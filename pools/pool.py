@@ -25,8 +25,9 @@ from pools.config import Admission, Balancing, Retries, Saturation
 from pools.config import Breaker as BreakerConfig
 from pools.fair import FairQueue, Flow, band_shares, tenant_of
 from pools.lora import PLACEMENTS, Adapters, LoraPicking
-from pools.picker import REASONS, Pick, pick, pick_adapter
+from pools.picker import REASONS, Pick, eligible, pick, pick_adapter
 from pools.replica import Replica, salt_of
+from pools.slo import DrainRate, Signals, ahead_in_queue, decide, predict_ttft, saturation
 from pools.spec_decode import DEFAULT_WINDOW_S, SpecFigures, pool_figures
 from pools.tpot_curve import pool_curve
 
@@ -55,12 +56,21 @@ class PoolStats:
     # Tokens of requests dispatched from the hold queue (estimate, then settled) by (band, org); at
     # most MAX_ORGS orgs, the rest under OTHER_ORG (bounded metric labels).
     fair_tokens: dict[tuple[int, str], float] = field(default_factory=dict)
+    # Held requests predicted to miss their SLO's TTFT, by (band, org, action: shed | reroute); the
+    # same bound on orgs.
+    slo_refused: dict[tuple[int, str, str], int] = field(default_factory=dict)
 
     def count_fair(self, band: int, org: str, tokens: float) -> None:
         key = (band, org)
         if key not in self.fair_tokens and len(self.fair_tokens) >= MAX_ORGS:
             key = (band, OTHER_ORG)
         self.fair_tokens[key] = self.fair_tokens.get(key, 0.0) + tokens
+
+    def count_refused(self, band: int, org: str, action: str) -> None:
+        key = (band, org, action)
+        if key not in self.slo_refused and len(self.slo_refused) >= MAX_ORGS:
+            key = (band, OTHER_ORG, action)
+        self.slo_refused[key] = self.slo_refused.get(key, 0) + 1
 
 
 @dataclass(slots=True, eq=False)
@@ -100,9 +110,13 @@ class ReplicaPool:
         self._rand = rand or random.Random()
         self._turn = itertools.count()
         self._waiters: FairQueue[_Waiter] = FairQueue(band_shares(admission.fairness))
-        # Called with the seconds a held request waited (placed or not) and its band: the gateway's
-        # histogram.
-        self.on_wait: Callable[[float, int], None] | None = None
+        self._drain = DrainRate()  # requests finished per second (the hold queue's drain rate)
+        # Called with the seconds a held request waited (placed or not), its band and org: the
+        # gateway's histogram.
+        self.on_wait: Callable[[float, int, str], None] | None = None
+        # Called with a held request's predicted TTFT and the TTFT it had (seconds): the predictor's
+        # error (pools.slo).
+        self.on_prediction: Callable[[float, float], None] | None = None
 
     # --- membership ----------------------------------------------------------------------------
     def set_members(self, bases: Iterable[str]) -> None:
@@ -133,6 +147,46 @@ class ReplicaPool:
     def tpot_curve(self) -> Mapping[int, float]:
         """Observed TPOT (s) by running-batch bin, over the replicas (`pools.tpot_curve`)."""
         return pool_curve(r.tpot for r in self.replicas)
+
+    def service_ttft(self) -> float:
+        """The replicas' mean TTFT EWMA (seconds; 0 before any was observed)."""
+        seen = [r.ttft_ewma for r in self.replicas if r.ttft_ewma > 0]
+        return sum(seen) / len(seen) if seen else 0.0
+
+    def predict(self, priority: int, flow: Flow | None) -> float | None:
+        """A request's TTFT here now (`pools.slo`): the replicas' recent TTFT while one is free, else
+        as if held; None when it would be held and the pool has no recent drain rate (unknown)."""
+        if not self._waiters:
+            now = self._clock()
+            if eligible(self.replicas, self.saturation, now, self.balancing.stale_after_s, ()):
+                return self.service_ttft()
+        return self._predicted(priority, flow)
+
+    def _predicted(self, priority: int, flow: Flow | None) -> float | None:
+        fairness = self.admission.fairness
+        tenant, _ = tenant_of(flow, fairness)
+        ahead = ahead_in_queue(
+            self._waiters.backlog(), priority, tenant, fairness.enabled, self._waiters.min_share
+        )
+        return predict_ttft(ahead, self._drain.rate(self._clock()), self.service_ttft())
+
+    def signals(self, now: float) -> Signals:
+        """The pool's saturation signals (`pools.slo.Signals`)."""
+        loads = [r.fresh_load(now, self.balancing.stale_after_s) for r in self.replicas]
+        fresh = [load for load in loads if load is not None]
+        n = len(fresh)
+        ttft = self.service_ttft()
+        return Signals(
+            len(self._waiters),
+            sum(load.waiting for load in fresh) / n if n else None,
+            sum(load.kv_usage for load in fresh) / n if n else None,
+            ttft if ttft > 0 else None,
+        )
+
+    def saturated(self, now: float) -> tuple[bool, dict[str, bool]]:
+        """Whether the pool counts as saturated, and each signal's verdict (`pools.slo.saturation`)."""
+        sig = self.saturation.signals
+        return saturation(self.signals(now), sig.waiting, sig.kv_usage, sig.ttft_s)
 
     def running_batch(self, now: float) -> float | None:
         """Mean scraped running batch per replica with fresh load; None when no load is fresh."""
@@ -211,6 +265,20 @@ class ReplicaPool:
         if len(self._waiters) >= adm.max_queued:
             self.stats.queue_full += 1
             raise NoCapacity(f"pool '{self.name}' has no free replica and its queue is full", "queue_full", 1)
+        if flow is not None and flow.slo is not None:
+            # Held: would it still meet its SLO's TTFT? (`pools.slo`; shed and reroute are refusals
+            # the caller turns into a 503 or another pool.)
+            predicted = self._predicted(priority, flow)
+            action = decide(predicted, flow.slo)
+            if action != "queue":  # (a `reroute` one had its chance at routing: pools.slo)
+                self.stats.count_refused(priority, flow.org, "shed")
+                raise NoCapacity(
+                    f"pool '{self.name}' is saturated: a request held now would get its first token in "
+                    f"about {predicted:.1f}s, past its SLO of {flow.slo.ttft_s:g}s",
+                    "slo_unattainable",
+                    max(1, round(predicted or 1)),
+                )
+            flow.predicted = predicted
         loop = asyncio.get_running_loop()
         waiter = _Waiter(key, adapter, loop.create_future(), flow)
         tenant, weight = tenant_of(flow, adm.fairness)
@@ -237,7 +305,7 @@ class ReplicaPool:
         finally:
             self._waiters.remove(entry)  # a no-op once dispatched
             if self.on_wait is not None:
-                self.on_wait(self._clock() - held_at, priority)
+                self.on_wait(self._clock() - held_at, priority, flow.org if flow is not None else "")
 
     def dispatch(self) -> None:
         """Hand eligible replicas to held requests, in the hold queue's order (`pools.fair`)."""
@@ -257,9 +325,14 @@ class ReplicaPool:
                 self.stats.count_fair(entry.band, flow.org, entry.cost)
             w.future.set_result(r)
 
-    def settle(self, flow: Flow, tokens: int) -> None:
+    def settle(self, flow: Flow, tokens: int, ttft: float | None = None) -> None:
         """A request that ended used `tokens` (input + output): correct its hold-queue charge (only a
-        request dispatched from the hold queue in the current busy period was charged)."""
+        request dispatched from the hold queue in the current busy period was charged). `ttft`: the
+        TTFT it had (streams), compared with its prediction."""
+        predicted = flow.predicted
+        if predicted is not None and ttft is not None and self.on_prediction is not None:
+            flow.predicted = None
+            self.on_prediction(predicted, ttft)
         held = flow.held
         if held is None:
             return
@@ -281,6 +354,7 @@ class ReplicaPool:
     def release(self, r: Replica, verdict: str, ttft: float | None = None) -> None:
         """`verdict`: ok (the replica answered), fail (error/timeout: feeds the breaker), neutral."""
         r.inflight -= 1
+        self._drain.tick(self._clock())
         if verdict == "ok":
             r.breaker.success()
             if ttft is not None:

@@ -125,6 +125,14 @@ def spawned(
             stop(proc)
 
 
+@contextlib.contextmanager
+def simulator(port: int, flags: Sequence[str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """`llmgw sim` on 127.0.0.1:`port` (niced: the gateway under test keeps its core), until ready."""
+    args = ["nice", sys.executable, "-m", "gateway", "sim", "--host", "127.0.0.1", "--port", str(port)]
+    with spawned([*args, *flags], None, f"http://127.0.0.1:{port}/health", log) as proc:
+        yield proc
+
+
 def pinned_cpus(gateway_cpu: int, load_cpu: int) -> tuple[int | None, int | None]:
     """(gateway core, load core) when both are usable and distinct, else (None, None): nothing pinned."""
     try:

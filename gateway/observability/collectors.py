@@ -111,7 +111,8 @@ MAX_TENANTS = 20
 def _fair_families(pools: Mapping[str, ReplicaPool]) -> Iterator[Metric]:
     """The hold queue's fairness (issue 42): tokens dispatched by band and org, and per backlogged
     tenant its share of its band's tokens this busy period next to the share its weight entitles it
-    to (a tenant persistently below its due is starved: the alert's signal)."""
+    to (a tenant persistently below its due is starved: the alert's signal); SLO refusals by band and
+    org; the pool's saturation verdict and its signals."""
     tokens = CounterMetricFamily(
         "llmgw_pool_dispatched_tokens",
         "Tokens of requests dispatched from the hold queue (input estimate, settled to real usage)",
@@ -127,9 +128,32 @@ def _fair_families(pools: Mapping[str, ReplicaPool]) -> Iterator[Metric]:
         "The share a backlogged tenant's weight entitles it to among its band's backlogged tenants",
         labels=["pool", "band", "tenant"],
     )
+    refused = CounterMetricFamily(
+        "llmgw_pool_slo_refusals",
+        "Requests a saturated pool would have held past their SLO's TTFT (pools.slo), by what became of "
+        "them: shed (503 slo_unattainable) or rerouted (to another pool of the alias)",
+        labels=["pool", "band", "org", "action"],
+    )
+    saturated = GaugeMetricFamily(
+        "llmgw_pool_saturated",
+        "1 while the pool counts as saturated: it holds requests, or two of its signals agree",
+        labels=["pool"],
+    )
+    signal = GaugeMetricFamily(
+        "llmgw_pool_saturation_signal",
+        "Each saturation signal's verdict (queue: engines' waiting queue; kv: KV-cache use; latency: TTFT)",
+        labels=["pool", "signal"],
+    )
+    now = time.monotonic()
     for name, pool in pools.items():
         for (band, org), n in pool.stats.fair_tokens.items():
             tokens.add_metric([name, band_name(band), org], max(n, 0.0))
+        for (band, org, action), count in pool.stats.slo_refused.items():
+            refused.add_metric([name, band_name(band), org, action], count)
+        is_saturated, verdicts = pool.saturated(now)
+        saturated.add_metric([name], int(is_saturated))
+        for sig, verdict in verdicts.items():
+            signal.add_metric([name, sig], int(verdict))
         backlog = pool.backlog()
         shown = sorted(backlog, key=lambda k: -backlog[k])[:MAX_TENANTS]
         shares = pool.shares()
@@ -138,7 +162,7 @@ def _fair_families(pools: Mapping[str, ReplicaPool]) -> Iterator[Metric]:
             labels = [name, band_name(key[0]), key[1]]
             share.add_metric(labels, got)
             due.add_metric(labels, entitled)
-    yield from (tokens, share, due)
+    yield from (tokens, share, due, refused, saturated, signal)
 
 
 def _pool_families() -> tuple[

@@ -221,9 +221,18 @@ class Metrics(LearningMetrics):
         )
         self.queue_wait = Histogram(
             "llmgw_pool_queue_wait_seconds",
-            "Time held in a pool's admission queue, for requests that had to wait, by priority band",
-            ["pool", "band"],
+            "Time held in a pool's admission queue, for requests that had to wait, by priority band and "
+            "org (at most 100 orgs per pool, the rest as _other)",
+            ["pool", "band", "org"],
             buckets=E2E_BUCKETS,
+            registry=r,
+        )
+        self.ttft_prediction_error = Histogram(
+            "llmgw_pool_ttft_prediction_error_seconds",
+            "A held streamed request's TTFT minus the TTFT admission predicted for it (pools.slo): "
+            "positive = later than predicted",
+            ["pool"],
+            buckets=(-30, -10, -5, -2, -1, -0.5, -0.25, -0.1, 0, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30),
             registry=r,
         )
 

@@ -94,7 +94,7 @@ class StreamCall:
                 opened.close(verdict, splitter.saw_done, t_first - x.t0 if t_first else None)
                 self._end(answer, budget, route, splitter, ticket, (verdict, t_first, t_last))
                 if call.flow is not None:  # a held request's hold-queue charge, corrected to what it used
-                    pool.replicas.settle(call.flow, answer.usage_in + answer.usage_out)
+                    pool.replicas.settle(call.flow, answer.usage_in + answer.usage_out, answer.ttft)
                 self._metrics.overhead_of(x.endpoint.value).observe(overhead)
 
     def _check(self, req: RequestRecord) -> StreamCheck | None:

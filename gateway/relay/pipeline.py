@@ -85,6 +85,7 @@ from gateway.upstream.pool_client import PoolClient
 from gateway.upstream.tokens import TokenCounter
 from gateway.upstream.transport import Transports
 from pools.fair import Flow
+from pools.slo import reroute
 
 if TYPE_CHECKING:
     from router.calibration import LiveCalibration  # ddsketch loads only when a live cut is used
@@ -396,6 +397,8 @@ class Relay:
         """Stage 4: the direct alias's route, or a routed alias's plan (cut to `pools`) and its first tier."""
         route = req.route = self._routes.direct(ask.alias, pools, ask.adapter)
         if route is not None:
+            if route.slo is not None and route.slo.action == "reroute":
+                route = req.route = self._reroute(req, ask, route, pools)
             return route
         x = req.http
         with self._trace.span("routing"):
@@ -404,6 +407,11 @@ class Relay:
                 x.kind, ask.alias, ask.body, x.headers, pools, org
             )
         route = req.route = decided.first
+        if decided.direct and route.slo is not None and route.slo.action == "reroute":
+            moved = req.route = self._reroute(req, ask, route, pools)
+            if moved is not route:
+                decided.headers[:] = [h if h[0] != b"x-llmgw-tier" else moved.tier for h in decided.headers]
+                route = moved
         obs = req.obs
         if obs is not None and obs.notes is not None:
             obs.notes["route"] = {
@@ -412,6 +420,24 @@ class Relay:
                 "start": route.pool.config.name,
             }
         return route
+
+    def _reroute(self, req: RequestRecord, ask: Ask, route: Route, pools: frozenset[str]) -> Route:
+        """`on_unattainable: reroute`: another pool of the alias when this one would hold the request
+        past its SLO's TTFT and that one would not (`pools.slo.reroute`); else `route` (its pool's
+        admission sheds it if it still would)."""
+        assert route.slo is not None and req.who is not None
+        tenant, rank = req.who.tenant, req.who.rank
+        flow = Flow(tenant.org, tenant.app, tenant.tier)
+        current = route.pool.replicas.predict(rank, flow)
+        if current is None or current <= route.slo.ttft_s:
+            return route
+        kind = req.http.kind.value
+        others = [r for r in self._routes.others(ask.alias, route, pools) if kind in r.pool.config.serves]
+        chosen = reroute(current, [r.pool.replicas.predict(rank, flow) for r in others], route.slo.ttft_s)
+        if chosen is None:
+            return route
+        route.pool.replicas.stats.count_refused(rank, tenant.org, "rerouted")
+        return others[chosen]
 
     def _normalize(self, req: RequestRecord, ask: Ask, route: Route) -> bool:
         """Stage 5: the body for the pool (`req.prep`: validated, defaults and caps applied; rewritten in
@@ -447,7 +473,7 @@ class Relay:
         payload = orjson.dumps(prep.body)
         headers = {**route.pool.headers, "x-request-id": x.rid.decode()}
         tenant = who.tenant
-        flow = Flow(tenant.org, tenant.app, tenant.tier, budget.reserved_in)
+        flow = Flow(tenant.org, tenant.app, tenant.tier, budget.reserved_in, route.slo)
         key = route.pool.key(prep.body)
         call = CallSpec(x.kind, payload, headers, key, who.rank, adapter=route.adapter, flow=flow)
         if x.stream:

@@ -68,7 +68,9 @@ class CascadeRunner:
             headers = {**pool.headers, "x-request-id": req.http.rid.decode()}
             who = req.who
             # Each call waits in its pool's hold queue as its tenant's, at its share of the estimate.
-            flow = Flow(who.tenant.org, who.tenant.app, who.tenant.tier, share[0]) if who else None
+            # Under an SLO class that reroutes or sheds, a call its pool would hold past the TTFT
+            # target is refused (pools.slo) and counts as its tier failing: the plan moves on.
+            flow = Flow(who.tenant.org, who.tenant.app, who.tenant.tier, share[0], route.slo) if who else None
             spec = CallSpec(Kind.CHAT, payload, headers, pool.key(body), who.rank if who else 0, flow=flow)
             data = await self._calls.unary(pool, spec)
             parsed = orjson.loads(data)

@@ -8,6 +8,7 @@ from gateway.config import Model
 from gateway.config_lora import Adapter
 from gateway.observability.metrics import AliasMetrics
 from gateway.upstream.pool_client import PoolClient
+from pools.slo import SloAsk
 
 
 @dataclass(frozen=True, slots=True)
@@ -16,6 +17,8 @@ class Route:
     pool: PoolClient
     metrics: AliasMetrics
     adapter: Adapter | None = None  # a LoRA adapter of the pool serves it (the engine gets its name)
+    # Its alias's SLO class as admission sees it (pools.slo): None without a TTFT action (just queue).
+    slo: SloAsk | None = None
     # `x-llmgw-tier: <pool>` on every answer this route gives (built once, not per request).
     tier: tuple[bytes, bytes] = field(init=False)
     upstream_model: str = field(init=False)  # what the engine gets in `model`

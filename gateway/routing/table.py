@@ -30,6 +30,7 @@ from gateway.routing.learning import Learning
 from gateway.routing.route import Route
 from gateway.routing.speculative import SpecMetrics, SpeculativeAlias
 from gateway.upstream.pool_client import PoolClient
+from pools.slo import SloAsk
 from router.cost_guard import MISCALIBRATED_MIN_REQUESTS
 from router.plan import Call, Plan, Step
 
@@ -76,7 +77,9 @@ class Routes:
         self._metrics = metrics
         # Learning needs the metrics, so it is bound here (the aliases are built before them).
         routed = {name: _with_learning(ra, metrics) for name, ra in (routed or {}).items()}
-        self._direct = {m.name: _direct_route(m, pools, metrics) for m in policy.models if m.route.pool}
+        self._direct = {
+            m.name: _direct_route(m, pools, metrics, policy) for m in policy.models if m.route.pool
+        }
         # `<alias>:<adapter>` of a direct alias on a LoRA pool: one Route per adapter of its pool.
         self._adapted = {
             (name, a.name): dataclasses.replace(route, adapter=a)
@@ -91,7 +94,10 @@ class Routes:
         self._routed = {
             name: (
                 ra,
-                tuple(Route(model=m, pool=pools[p], metrics=metrics.by_alias[(name, p)]) for p in ra.pools),
+                tuple(
+                    Route(model=m, pool=pools[p], metrics=metrics.by_alias[(name, p)], slo=slo_ask(policy, m))
+                    for p in ra.pools
+                ),
             )
             for name, ra in routed.items()
             for m in policy.models
@@ -166,6 +172,16 @@ class Routes:
             return spec.speculative
         return route if route is not None else self._routed[alias][1][0]
 
+    def others(self, alias: str, route: Route, allowed: frozenset[str]) -> tuple[Route, ...]:
+        """The alias's routes on other pools the key may use (`allowed`; empty: any), in tier order:
+        where `on_unattainable: reroute` may send a request (a direct alias has none)."""
+        entry = self._routed.get(alias)
+        spec = self._speculative.get(alias)
+        routes = entry[1] if entry is not None else (spec.speculative, spec.plain) if spec is not None else ()
+        return tuple(
+            r for r in routes if r.pool is not route.pool and (not allowed or r.pool.config.name in allowed)
+        )
+
     def check_pools(self, alias: str, allowed: frozenset[str]) -> None:
         """Refuse (403) an alias that no pool the key may use serves (`allowed` empty: any pool)."""
         pools = self._pools.get(alias)
@@ -225,13 +241,23 @@ class Routes:
         )
 
 
-def _direct_route(m: Model, pools: dict[str, PoolClient], metrics: Metrics) -> Route:
+def slo_ask(policy: Policy, m: Model) -> SloAsk | None:
+    """What admission does with the alias's requests a saturated pool would hold past their SLO's TTFT
+    (pools.slo); None: queue them (no class, no TTFT target, or `on_unattainable: queue`)."""
+    c = policy.slo_classes.get(m.slo_class) if m.slo_class is not None else None
+    if c is None or c.ttft_ms is None or c.on_unattainable == "queue":
+        return None
+    return SloAsk(c.ttft_ms / 1000.0, c.on_unattainable)
+
+
+def _direct_route(m: Model, pools: dict[str, PoolClient], metrics: Metrics, policy: Policy) -> Route:
     """A direct alias's route; with `route.adapter`, served by that adapter of its pool."""
     assert m.route.pool is not None
     pool = pools[m.route.pool]
     lora = pool.config.lora
     adapter = lora.adapter(m.route.adapter) if lora is not None and m.route.adapter else None
-    return Route(model=m, pool=pool, metrics=metrics.by_alias[(m.name, m.route.pool)], adapter=adapter)
+    by_alias = metrics.by_alias[(m.name, m.route.pool)]
+    return Route(model=m, pool=pool, metrics=by_alias, adapter=adapter, slo=slo_ask(policy, m))
 
 
 def _speculative_aliases(
@@ -241,7 +267,11 @@ def _speculative_aliases(
     spec_metrics = SpecMetrics(metrics.registry)
     out = {}
     for m in (m for m in policy.models if m.route.speculative is not None):
-        a, b = (Route(model=m, pool=pools[p], metrics=metrics.by_alias[(m.name, p)]) for p in m.route.pools)
+        ask = slo_ask(policy, m)
+        a, b = (
+            Route(model=m, pool=pools[p], metrics=metrics.by_alias[(m.name, p)], slo=ask)
+            for p in m.route.pools
+        )
         slo = policy.slo_classes.get(m.slo_class) if m.slo_class is not None else None
         out[m.name] = SpeculativeAlias(m, (a, b), slo, spec_metrics)
     return out

@@ -22,6 +22,7 @@ from gateway.upstream.hosted import LiteLLMTransport
 from gateway.upstream.pool_client import PoolClient, metrics_fetch
 from gateway.upstream.transport import Transport, Transports
 from pools.fair import band_name
+from pools.pool import MAX_ORGS, OTHER_ORG
 
 
 @dataclass(slots=True)
@@ -52,6 +53,7 @@ class UpstreamClients:
         fetch = metrics_fetch(h1, control)
         for name, pool in pools.items():
             pool.replicas.on_wait = _wait_observer(metrics, name)
+            pool.replicas.on_prediction = _prediction_observer(metrics, name)
             pool.start(fetch)
         replica_pools = {n: p.replicas for n, p in pools.items()}
         metrics.registry.register(PoolsCollector(replica_pools))
@@ -68,14 +70,30 @@ class UpstreamClients:
             self.h1.close()
 
 
-def _wait_observer(metrics: Metrics, pool: str) -> Callable[[float, int], None]:
-    """The pool's `on_wait`: the queue-wait histogram of the request's band (children made once)."""
-    children: dict[int, Callable[[float], None]] = {}
+def _wait_observer(metrics: Metrics, pool: str) -> Callable[[float, int, str], None]:
+    """The pool's `on_wait`: the queue-wait histogram of the request's band and org (children made
+    once; at most MAX_ORGS orgs, the rest as OTHER_ORG)."""
+    children: dict[tuple[int, str], Callable[[float], None]] = {}
 
-    def observe(seconds: float, band: int) -> None:
-        child = children.get(band)
+    def observe(seconds: float, band: int, org: str) -> None:
+        key = (band, org)
+        child = children.get(key)
         if child is None:
-            child = children[band] = metrics.queue_wait.labels(pool, band_name(band)).observe
+            if len(children) >= MAX_ORGS:
+                key = (band, OTHER_ORG)
+            child = children.get(key)
+            if child is None:
+                child = children[key] = metrics.queue_wait.labels(pool, band_name(band), key[1]).observe
         child(seconds)
 
     return observe
+
+
+def _prediction_observer(metrics: Metrics, pool: str) -> Callable[[float, float], None]:
+    """The pool's `on_prediction`: actual minus predicted TTFT."""
+    observe = metrics.ttft_prediction_error.labels(pool).observe
+
+    def seen(predicted: float, actual: float) -> None:
+        observe(actual - predicted)
+
+    return seen

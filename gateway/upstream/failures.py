@@ -28,6 +28,7 @@ from gateway.errors import (
     InvalidRequestError,
     RateLimitError,
     RequestTooLargeError,
+    SloUnattainableError,
     TransportError,
     UnprocessableEntityError,
     UpstreamError,
@@ -106,8 +107,10 @@ _PASS_THROUGH_4XX: dict[int, type[GatewayError]] = {
 
 
 def no_capacity(exc: NoCapacity) -> GatewayError:
-    """A pool that could not place a request in time: a retryable 503, never a 404."""
-    return UpstreamUnavailableError(str(exc), headers={"retry-after": str(exc.retry_after)})
+    """A pool that could not place a request in time (or, by its SLO, would not): a retryable 503,
+    never a 404."""
+    error = SloUnattainableError if exc.reason == "slo_unattainable" else UpstreamUnavailableError
+    return error(str(exc), headers={"retry-after": str(exc.retry_after)})
 
 
 def clamp_retry_after(value: str | None, now: float | None = None) -> str | None:

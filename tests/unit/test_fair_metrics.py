@@ -21,7 +21,7 @@ async def test_dispatched_tokens_and_shares_are_exported() -> None:
     pool.set_members(["http://a:1"])
     busy = await pool.acquire(None)
     waits: list[float] = []
-    pool.on_wait = lambda s, band: waits.append(band)
+    pool.on_wait = lambda s, band, org: waits.append(band)
     flows = [Flow("a", cost=100), Flow("a", cost=100), Flow("b", cost=100), Flow("c", cost=50)]
     tasks = [asyncio.create_task(pool.acquire(None, 1 if f.org == "c" else 0, flow=f)) for f in flows]
     await asyncio.sleep(0)

@@ -21,7 +21,7 @@ import yaml
 
 from eval.bench.lora.workload import Workload
 from eval.bench.pools._load import Result, run_load
-from eval.bench.procs import free_port, metric_sum, metrics_pages, spawned
+from eval.bench.procs import free_port, metric_sum, metrics_pages, simulator, spawned
 
 MODEL = "bench-base"
 POOL = "base"
@@ -107,20 +107,8 @@ def _stack(
     path.write_text(policy_yaml(policy(side, ports, adapters, reps)))
     with contextlib.ExitStack() as stack:
         for i, port in enumerate(ports):
-            args = [
-                "nice",
-                sys.executable,
-                "-m",
-                "gateway",
-                "sim",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-            ]
-            args += ["--served-model-name", MODEL, *reps.flags(adapters)]
-            log = work / f"{side.name}-sim{i}.log"
-            stack.enter_context(spawned(args, None, f"http://127.0.0.1:{port}/health", log))
+            flags = ["--served-model-name", MODEL, *reps.flags(adapters)]
+            stack.enter_context(simulator(port, flags, work / f"{side.name}-sim{i}.log"))
         args = [sys.executable, "-m", "gateway", "serve", "--config", str(path), "--port", str(gw)]
         log = work / f"{side.name}-gateway.log"
         stack.enter_context(spawned(args, None, f"http://127.0.0.1:{gw}/healthz", log))

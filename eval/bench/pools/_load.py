@@ -26,6 +26,7 @@ class Result:
     ttft: float | None  # seconds; None when no event arrived
     status: int
     ok: bool  # 200 and the stream ended with [DONE] and no error event
+    answered_s: float | None = None  # request sent -> a refusal's response head (not 200)
 
 
 async def _one(
@@ -36,8 +37,9 @@ async def _one(
     try:
         async with session.post(url, data=orjson.dumps(body), headers=headers) as r:
             if r.status != 200:
+                answered = time.perf_counter() - t0
                 await r.read()
-                return Result(at, None, r.status, False)
+                return Result(at, None, r.status, False, answered)
             buf = b""
             async for chunk in r.content.iter_any():
                 if ttft is None and b"data:" in chunk:
