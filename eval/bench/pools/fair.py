@@ -28,18 +28,18 @@ from typing import Any
 
 from eval.bench.pools._load import Result, percentile, run_load
 from eval.bench.pools._scenarios import MODEL, summary_body
-from eval.bench.procs import free_port, spawned
+from eval.bench.procs import free_port, simulator, spawned
 
 TENANTS = ("a", "b", "c")
 # One replica: ~20 ms per engine step, 32 output tokens, 4 sequences at a time.
 SIM_FLAGS = ["--step-base-ms", "20", "--decode-per-seq-ms", "1", "--max-num-seqs", "4"]
 
 
-def _policy(sim_port: int, keys: dict[str, str], fair: bool) -> str:
+def _policy(sim_port: int, keys: dict[str, str], fair: bool, pool_model: str = MODEL) -> str:
     lines = [
         "pools:",
         f"  - name: {MODEL}",
-        f"    model: {MODEL}",
+        f"    model: {pool_model}",
         f'    endpoints: {{static: ["http://127.0.0.1:{sim_port}"]}}',
         "    timeouts: {connect_s: 2, first_token_s: 300, total_s: 600}",
         "    saturation: {inflight: 4}",
@@ -57,14 +57,20 @@ def _policy(sim_port: int, keys: dict[str, str], fair: bool) -> str:
 
 
 @contextlib.contextmanager
-def _stack(work: Path, name: str, keys: dict[str, str], fair: bool) -> Iterator[str]:
-    sim, gw = free_port(), free_port()
+def _stack(
+    work: Path, name: str, keys: dict[str, str], fair: bool, engine: tuple[int, str] | None = None
+) -> Iterator[str]:
+    """A gateway (and a simulator, unless `engine` names a running one: its port and model)."""
+    gw = free_port()
     policy = work / f"{name}.yaml"
-    policy.write_text(_policy(sim, keys, fair))
     with contextlib.ExitStack() as stack:
-        args = ["nice", sys.executable, "-m", "gateway", "sim", "--host", "127.0.0.1", "--port", str(sim)]
-        args += ["--served-model-name", MODEL, *SIM_FLAGS]
-        stack.enter_context(spawned(args, None, f"http://127.0.0.1:{sim}/health", work / f"{name}-sim.log"))
+        if engine is None:
+            port, model = free_port(), MODEL
+            flags = ["--served-model-name", MODEL, *SIM_FLAGS]
+            stack.enter_context(simulator(port, flags, work / f"{name}-sim.log"))
+        else:
+            port, model = engine
+        policy.write_text(_policy(port, keys, fair, model))
         args = [sys.executable, "-m", "gateway", "serve", "--config", str(policy), "--port", str(gw)]
         log = work / f"{name}-gateway.log"
         stack.enter_context(spawned(args, None, f"http://127.0.0.1:{gw}/readyz", log))
@@ -101,11 +107,17 @@ def tenant_figures(results: list[Result], duration: float, slo_s: float, wall_s:
 
 
 def run(
-    work: Path, name: str, rates: dict[str, float], fair: bool, duration: float, slo_s: float
+    work: Path,
+    name: str,
+    rates: dict[str, float],
+    fair: bool,
+    duration: float,
+    slo_s: float,
+    engine: tuple[int, str] | None = None,
 ) -> dict[str, Any]:
     keys = {t: "sk-" + secrets.token_hex(16) for t in TENANTS}
     print(f"  {name}: {rates} ...", file=sys.stderr, flush=True)
-    with _stack(work, name, keys, fair) as url:
+    with _stack(work, name, keys, fair, engine) as url:
         t0 = time.perf_counter()
         results = asyncio.run(_offer(url, rates, keys, duration))
         wall = time.perf_counter() - t0

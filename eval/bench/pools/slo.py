@@ -170,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rates", default="2,4,6,8,12,16", help="offered requests/s, comma-separated")
     ap.add_argument("--duration", type=float, default=15.0, help="seconds of offered load per step")
     ap.add_argument("--slo-ttft-ms", type=float, default=1000.0, help="the SLO class's TTFT target")
-    ap.add_argument("--out", type=Path, default=Path("eval/results/slo"), help="JSON and PNG here")
+    ap.add_argument("--out", type=Path, default=Path("bench-results/slo"), help="JSON and PNG here")
     args = ap.parse_args(argv)
     rates = [float(r) for r in args.rates.split(",")]
     steps: dict[str, dict[float, dict[str, Any]]] = {a: {} for a in ACTIONS}
