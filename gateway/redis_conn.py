@@ -56,6 +56,7 @@ from urllib.parse import unquote, urlsplit
 
 import redis.asyncio as aioredis
 import redis.exceptions as rexc
+from pydantic import SecretStr
 from redis.asyncio.cluster import ClusterNode
 from redis.asyncio.connection import Connection, ConnectionPool
 from redis.asyncio.retry import Retry
@@ -186,23 +187,31 @@ def _nodes(setting: str, value: str, default_port: int) -> list[_Url]:
 
 
 def _password(settings: Settings, from_url: str | None) -> str | None:
-    if settings.redis_password is not None and settings.redis_password_file:
-        raise RedisConfigError("LLMGW_REDIS_PASSWORD and LLMGW_REDIS_PASSWORD_FILE are both set: keep one")
-    if settings.redis_password is not None:
-        return settings.redis_password.get_secret_value()
-    if settings.redis_password_file:
-        path = Path(settings.redis_password_file)
-        try:
-            text = path.read_text()
-        except OSError as e:
-            raise RedisConfigError(f"LLMGW_REDIS_PASSWORD_FILE: cannot read {path}: {e.strerror}") from None
-        # A Secret written with `echo` ends in a newline that is no part of the password.
-        secret = text[:-1] if text.endswith("\n") else text
-        secret = secret[:-1] if secret.endswith("\r") else secret
-        if not secret:
-            raise RedisConfigError(f"LLMGW_REDIS_PASSWORD_FILE: {path} is empty")
-        return secret
-    return from_url
+    """The servers' password: LLMGW_REDIS_PASSWORD, its file, else the URL's."""
+    given = settings.redis_password
+    secret = _secret("LLMGW_REDIS_PASSWORD", given, settings.redis_password_file)
+    return from_url if secret is None else secret
+
+
+def _secret(setting: str, value: SecretStr | None, file: str | None) -> str | None:
+    """A password given as `setting` or as `setting`_FILE (a mounted Secret); None: neither."""
+    if value is not None and file:
+        raise RedisConfigError(f"{setting} and {setting}_FILE are both set: keep one")
+    if value is not None:
+        return value.get_secret_value()
+    if not file:
+        return None
+    path = Path(file)
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise RedisConfigError(f"{setting}_FILE: cannot read {path}: {e.strerror}") from None
+    # A Secret written with `echo` ends in a newline that is no part of the password.
+    secret = text[:-1] if text.endswith("\n") else text
+    secret = secret[:-1] if secret.endswith("\r") else secret
+    if not secret:
+        raise RedisConfigError(f"{setting}_FILE: {path} is empty")
+    return secret
 
 
 def _tls(settings: Settings, on: bool, mode: Mode) -> Tls | None:
@@ -283,7 +292,11 @@ def target_of(settings: Settings) -> RedisTarget | None:
                 "LLMGW_REDIS_SENTINELS: host:port only (their credentials go in "
                 "LLMGW_REDIS_SENTINEL_USERNAME / LLMGW_REDIS_SENTINEL_PASSWORD, TLS in LLMGW_REDIS_TLS)"
             )
-        sentinel_password = settings.redis_sentinel_password
+        sentinel_password = _secret(
+            "LLMGW_REDIS_SENTINEL_PASSWORD",
+            settings.redis_sentinel_password,
+            settings.redis_sentinel_password_file,
+        )
         return RedisTarget(
             mode=mode,
             nodes=tuple((s.host, s.port) for s in sentinels),
@@ -291,7 +304,7 @@ def target_of(settings: Settings) -> RedisTarget | None:
             username=settings.redis_username,
             password=_password(settings, None),
             sentinel_username=settings.redis_sentinel_username,
-            sentinel_password=sentinel_password.get_secret_value() if sentinel_password else None,
+            sentinel_password=sentinel_password,
             tls=_tls(settings, settings.redis_tls, mode),
             timeout_s=settings.redis_timeout_s,
             limiter_client=limiter,

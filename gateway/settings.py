@@ -55,6 +55,11 @@ class Settings(BaseSettings):
     redis_sentinel_password: SecretStr | None = Field(
         None, description="sentinel mode: password of the sentinels themselves (unset: none)"
     )
+    redis_sentinel_password_file: str | None = Field(
+        None,
+        description="sentinel mode: a file holding the sentinels' password (a mounted Secret; one "
+        "trailing newline ignored); not together with LLMGW_REDIS_SENTINEL_PASSWORD",
+    )
     redis_username: str | None = Field(
         None, description="ACL user of the Redis servers; overrides the user in LLMGW_REDIS_URL"
     )

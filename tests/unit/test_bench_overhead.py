@@ -341,6 +341,24 @@ def test_sides_put_the_before_gateway_beside_ours_in_every_round() -> None:
     assert [s.name for s in ep.sides()] == ["direct", "gateway", "before", "limiter"]
     assert [s.name for s in ep.sides(with_limiter=False)] == ["direct", "gateway", "before"]
     assert [s.name for s in rotated(ep.sides(with_limiter=False), 1)] == ["gateway", "before", "direct"]
+    theirs = Side("before-limiter", 9, 9)
+    ep = Endpoints(direct, gw, 0, lim, before=before, before_limiter=theirs)
+    assert [s.name for s in ep.sides()] == ["direct", "gateway", "before", "limiter", "before-limiter"]
+    assert [s.name for s in ep.sides(with_limiter=False)] == ["direct", "gateway", "before"]
+
+
+def test_the_before_limiter_is_compared_with_the_same_spine() -> None:
+    stats = {"n": 100, "p50_ms": 1.0, "p99_ms": 2.0}
+    row = {
+        "mode": "unary",
+        "concurrency": 1,
+        "gateway": stats,
+        "limiter": {**stats, "p50_ms": 1.4, "p99_ms": 2.5},
+        "before-limiter": {**stats, "p50_ms": 1.5, "p99_ms": 2.2},
+    }
+    cell = compare_latency({"unary@1": row})["unary@1"]
+    assert (cell["delta_p50_ms"], cell["before_delta_p50_ms"]) == (0.4, 0.5)
+    assert (cell["delta_p99_ms"], cell["before_delta_p99_ms"]) == (0.5, 0.2)
 
 
 def test_core_use_sums_batches_per_core() -> None:

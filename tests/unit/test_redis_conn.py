@@ -118,6 +118,18 @@ def test_password_from_a_file(tmp_path: Path) -> None:
     assert "LLMGW_REDIS_PASSWORD and LLMGW_REDIS_PASSWORD_FILE" in both
 
 
+def test_sentinel_password_from_a_file(tmp_path: Path) -> None:
+    f = tmp_path / "sentinel-password"
+    f.write_text("sentinel-pw\r\n")
+    mode = {"redis_mode": "sentinel", "redis_sentinels": "s1", "redis_sentinel_master": "m"}
+    t = target_of(settings(**mode, redis_sentinel_password_file=str(f)))
+    assert t is not None and t.sentinel_password == "sentinel-pw" and t.password is None
+    both = refused(**mode, redis_sentinel_password="x", redis_sentinel_password_file=str(f))
+    assert "LLMGW_REDIS_SENTINEL_PASSWORD and LLMGW_REDIS_SENTINEL_PASSWORD_FILE" in both
+    missing = refused(**mode, redis_sentinel_password_file=str(tmp_path / "absent"))
+    assert "LLMGW_REDIS_SENTINEL_PASSWORD_FILE: cannot read" in missing
+
+
 def test_several_servers_in_standalone_mode_point_at_cluster_mode() -> None:
     message = refused(redis_url="redis://a:7000,redis://b:7001")
     assert "LLMGW_REDIS_MODE=cluster" in message

@@ -141,6 +141,10 @@ def compare_latency(latency: dict[str, Any]) -> dict[str, Any]:
         for side, stats in (("spine", spine), ("limiter", lim)):
             for core in ("gateway_core_busy", "load_core_busy"):
                 cell[f"{side}_{core}"] = stats.get(core)
+        theirs = row.get("before-limiter")
+        if theirs and theirs.get("n"):  # `--before`: the other checkout's limiter over the same spine
+            for q in ("p50", "p99"):
+                cell[f"before_delta_{q}_ms"] = round(theirs[f"{q}_ms"] - spine[f"{q}_ms"], 4)
         cell["errors"] = lim.get("errors", 0)
         out[key] = cell
     return out

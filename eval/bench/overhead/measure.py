@@ -62,7 +62,8 @@ class Options:
 class Side:
     """One thing the load is sent to. `pid` is the gateway whose CPU a run is charged to."""
 
-    name: str  # "direct", "gateway" (the spine), "before", "spine" (the limiter's spine) or "limiter"
+    # "direct", "gateway" (the spine), "before", "spine" (the limiter's spine), "limiter", "before-limiter"
+    name: str
     port: int
     pid: int
     headers: tuple[tuple[str, str], ...] = ()
@@ -80,12 +81,15 @@ class Endpoints:
     limiter: Side | None = None
     spine: Side | None = None  # the limiter's spine when it has its own upstream; else `gateway` is it
     before: Side | None = None  # `--before`: another checkout's spine gateway on the same upstream
+    # `--before` with the limiter: the other checkout's limiter gateway, beside ours on the same Redis
+    before_limiter: Side | None = None
 
     def sides(self, with_limiter: bool = True) -> tuple[Side, ...]:
         main = (self.direct, self.gateway, *((self.before,) if self.before else ()))
         if not with_limiter or self.limiter is None:
             return main
-        return (*main, *((self.spine,) if self.spine else ()), self.limiter)
+        theirs = (self.before_limiter,) if self.before_limiter else ()
+        return (*main, *((self.spine,) if self.spine else ()), self.limiter, *theirs)
 
 
 def rotated(sides: Sequence[Side], r: int) -> list[Side]:

@@ -293,6 +293,12 @@ def render_limiter(lim: dict[str, Any], tp_all: dict[str, Any]) -> list[str]:
             f"{_fmt(row['limiter_p50_ms']):>11}{_fmt(row['limiter_p99_ms']):>8}{busy(row, 'limiter'):>10} | "
             f"{_fmt(row['delta_p50_ms'], '+.3f'):>9}{_fmt(row['delta_p99_ms'], '+.3f'):>8}"
         )
+        if "before_delta_p50_ms" in row:
+            lines.append(
+                f"{'':<12}before's limiter: delta p50 {_fmt(row['before_delta_p50_ms'], '+.3f')} "
+                f"p99 {_fmt(row['before_delta_p99_ms'], '+.3f')} (this checkout "
+                f"{_fmt(row['delta_p50_ms'], '+.3f')} / {_fmt(row['delta_p99_ms'], '+.3f')})"
+            )
         if row.get("errors"):
             lines.append(f"{'':<12}!! {row['errors']} failed limiter requests")
     for mode, row in tp_all.items():

@@ -170,7 +170,23 @@ def _start(
     )
     auth = (("Authorization", f"Bearer {key}"),)
     limiter = Side("limiter", lim_port, lim.pid, auth, upstream_pid=lim_up_pid)
-    return Endpoints(direct, main, up.pid, limiter, spine, before)
+    before_limiter: Side | None = None
+    if opts.before is not None:  # the other checkout's limiter, same policy, key and Redis
+        bl_port = free_port()
+        progress(f"starting the before limiter gateway ({opts.before}) on :{bl_port}")
+        bl_env = {**quiet, "LLMGW_REDIS_URL": redis_url, "PYTHONPATH": str(opts.before)}
+        bl = stack.enter_context(
+            spawned(
+                _serve(lim_policy, bl_port),
+                opts.gateway_cpu,
+                _healthz(bl_port),
+                work / "before-limiter.log",
+                bl_env,
+                cwd=opts.before,
+            )
+        )
+        before_limiter = Side("before-limiter", bl_port, bl.pid, auth, upstream_pid=lim_up_pid)
+    return Endpoints(direct, main, up.pid, limiter, spine, before, before_limiter)
 
 
 def _serve(policy: Path, port: int) -> list[str]:
