@@ -37,7 +37,6 @@ from dataclasses import dataclass
 from typing import Literal
 
 Action = Literal["queue", "reroute", "shed"]
-ACTIONS: tuple[Action, ...] = ("queue", "reroute", "shed")
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,9 +126,6 @@ class Signals:
     waiting: float | None
     kv_usage: float | None
     ttft_s: float | None
-
-
-SIGNALS = ("queue", "kv", "latency")
 
 
 def saturation(

@@ -168,11 +168,16 @@ def main(argv: list[str] | None = None) -> int:
     report["lone_fair_vs_fifo_throughput"] = (
         round(runs["lone-fair"]["a"]["answered_per_s"] / fifo_rate, 3) if fifo_rate else None
     )
+    publish(runs, report, args.out)
+    return 0
+
+
+def publish(runs: dict[str, dict[str, Any]], report: dict[str, Any], out: Path | None) -> None:
+    """The table and the report's figures on stdout; the whole report (runs included) to `out`."""
     print(table(runs))
     print(json.dumps({k: v for k, v in report.items() if k != "runs"}))
-    if args.out:
-        args.out.write_text(json.dumps(report, indent=2) + "\n")
-    return 0
+    if out:
+        out.write_text(json.dumps(report, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -13,13 +13,12 @@ alone, then A (`--flood` times B's rate) with B under FIFO and under fair queuin
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from eval.bench.pools.fair import run, table
+from eval.bench.pools.fair import publish, run
 from eval.bench.procs import free_port
 from tests.support import vllm
 
@@ -72,10 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         },
         "runs": runs,
     }
-    print(table(runs))
-    print(json.dumps({k: v for k, v in report.items() if k != "runs"}))
-    if args.out:
-        args.out.write_text(json.dumps(report, indent=2) + "\n")
+    publish(runs, report, args.out)
     return 0
 
 
