@@ -22,7 +22,12 @@ import orjson
 
 # Not part of the answer: how it is delivered, and the caller's own labels.
 _IGNORED = frozenset({"stream", "stream_options", "user", "metadata"})
-KEY_PREFIX = b"llmgw:cache:v1:"
+KEY_PREFIX = b"llmgw:cache:v1:"  # under the default key prefix; `prefix_for` gives it under any other
+
+
+def prefix_for(key_prefix: str) -> bytes:
+    """The exact cache's key prefix under the gateway's one key prefix (`limits.key_prefix`)."""
+    return f"{key_prefix}:cache:v1:".encode()
 
 
 def is_deterministic(body: Mapping[str, Any]) -> bool:
@@ -49,11 +54,13 @@ def normalized(body: Mapping[str, Any], drop: frozenset[str] = _IGNORED) -> byte
     return orjson.dumps({k: v for k, v in body.items() if k not in drop}, option=orjson.OPT_SORT_KEYS)
 
 
-def exact_key(scope: str, route: str, endpoint: str, body: Mapping[str, Any]) -> bytes:
+def exact_key(
+    scope: str, route: str, endpoint: str, body: Mapping[str, Any], prefix: bytes = KEY_PREFIX
+) -> bytes:
     """The Redis / memory key of one request's answer. Raises TypeError on values orjson cannot
     encode (the caller treats that as a bypass; a parsed JSON body never has them)."""
     digest = _digest(scope.encode(), route.encode(), endpoint.encode(), normalized(body))
-    return KEY_PREFIX + digest.hex().encode()
+    return prefix + digest.hex().encode()
 
 
 def semantic_scope(scope: str, route: str, body: Mapping[str, Any]) -> bytes | None:

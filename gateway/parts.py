@@ -18,6 +18,7 @@ import logging
 from dataclasses import dataclass
 
 import redis.asyncio as aioredis
+from redis.exceptions import RedisError
 
 from gateway.budget.admission import Admissions
 from gateway.config import ConfigError, Policy
@@ -36,6 +37,7 @@ from gateway.tenancy.auth import Authenticator
 from gateway.tenancy.keys import KeyRecord, KeyStore, MemoryKeyStore, RedisKeyStore, static_records
 from ratelimit.errors import BackendUnavailable, UnsupportedBackend
 from ratelimit.failover import FailoverLimiter, FailoverStats
+from ratelimit.legacy import move_legacy_counters
 from ratelimit.memory_backend import MemoryBackend
 from ratelimit.model import Limiter
 from ratelimit.redis_backend import RedisBackend
@@ -56,6 +58,7 @@ class Components:
     static_keys: tuple[KeyRecord, ...]
     failover: FailoverStats | None = None
     target: RedisTarget | None = None
+    key_prefix: str = "llmgw"
 
     async def start(self) -> None:
         if self.target is not None and self.redis is not None:
@@ -76,6 +79,23 @@ class Components:
             self.metrics.limit_decisions.labels("all", "all", "script_load_failed").inc()
             if self.failover is not None:
                 self.failover.count("load", e.reason)
+            return
+        if self.redis is not None:
+            await self._move_legacy_counters(self.redis)
+
+    async def _move_legacy_counters(self, client: aioredis.Redis) -> None:
+        """Quota and minute counters of a pre-0.3 gateway move to their names under the root, so the
+        upgrade forgets no tenant's usage (`ratelimit.legacy`). A failure only logs: the counters
+        stay where they are until a later start moves them."""
+        try:
+            moved = await move_legacy_counters(client, self.key_prefix)
+        except RedisError as e:
+            log.warning("limiter: the pre-0.3 counters could not be moved (%s)", e)
+            return
+        if moved.quota or moved.windows:
+            log.info(
+                "limiter: moved %d quota, %d minute counters from pre-0.3 names", moved.quota, moved.windows
+            )
 
     @staticmethod
     async def _check_redis(target: RedisTarget, client: aioredis.Redis) -> None:
@@ -157,4 +177,5 @@ def build(policy: Policy, settings: Settings) -> Components:
         static_keys=statics,
         failover=failover.stats if failover is not None else None,
         target=target,
+        key_prefix=limits.key_prefix,
     )

@@ -1,13 +1,15 @@
-"""Redis key scheme of the limiter: one hash tag for everything, escaped scope ids.
+"""Redis key scheme of the limiter: one prefix and one hash tag for everything, escaped scope ids.
 
-Every key starts with the hash tag `{<key_prefix>}`, so all keys of one script call (and in fact all
-limiter keys) live in ONE Redis Cluster slot: a request's admission touches key, app, org, global and
-pool levels at once, and only a single slot keeps the shared levels exact without cross-slot
-coordination. One slot handles ~100k script calls/s, far above one limiter call per LLM request.
+Every key starts with `<key_prefix>:{<key_prefix>}` (the root, `P:{P}`): the prefix every key the
+gateway writes starts with (one Redis ACL pattern, `~P:*`, covers them all), then the hash tag, so
+all keys of one script call (and in fact all limiter keys) live in ONE Redis Cluster slot: a
+request's admission touches key, app, org, global and pool levels at once, and only a single slot
+keeps the shared levels exact without cross-slot coordination. One slot handles ~100k script calls/s,
+far above one limiter call per LLM request.
 
 A rule's base key (passed to the scripts in KEYS):
 
-    {P}:<level>:<scope>:<dimension>          e.g. {llmgw}:org:acme:tokens
+    P:{P}:<level>:<scope>:<dimension>        e.g. llmgw:{llmgw}:org:acme:tokens
 
 `<scope>` is percent-encoded (RFC 3986, nothing kept but letters, digits and `_.-~`), so `:`, `{`, `}`,
 `/`, `*` and `%` never appear raw: two different scopes can never produce the same key, and a scope
@@ -24,19 +26,23 @@ builds its tenant scopes the same way). The scripts derive the per-rule keys fro
                      STRING, expires one day after the period ends
 
 Live reservations and concurrency slots are leases, one record per request (not per rule), in two keys
-of the hash tag itself:
+under the root itself:
 
-    {P}:leases       ZSET request id -> lease expiry (server ms)
-    {P}:lh           HASH `@<request id>` -> "<rule base key> <amount>\n" per rule the request holds,
+    P:{P}:leases     ZSET request id -> lease expiry (server ms)
+    P:{P}:lh         HASH `@<request id>` -> "<rule base key> <amount>\n" per rule the request holds,
                      and <rule base key> -> total amount of the live leases counted at that rule
 
 An admission thus writes a fixed number of keys however many rules it spans (per-rule lease sets cost
 three writes per rule and dominated the scripts' time). Both expire 2 x lease + 1 s after the last lease
 write, when every lease in them has expired.
 
-Derived keys carry the base key's hash tag, so they hash to the same slot (checked by a unit test with
+Derived keys carry the base key's root, so they hash to the same slot (checked by a unit test with
 `redis.crc.key_slot`). They cannot be declared in KEYS up front because sub-window and period depend on
 the Redis server clock, which only the script reads.
+
+Before 0.3 the root was the bare hash tag `{P}`. The same hash tag means the same slot, so the
+settled counters of those names move to the new ones in one script call each (`legacy_moves`, run
+by the gateway at start; docs/design/004).
 """
 
 from __future__ import annotations
@@ -46,7 +52,13 @@ from urllib.parse import quote
 from ratelimit.model import Rule
 
 
-def hash_tag(key_prefix: str) -> str:
+def root(key_prefix: str) -> str:
+    """`P:{P}`: the prefix of every key, then the hash tag that puts all limiter keys in one slot."""
+    return f"{key_prefix}:{{{key_prefix}}}"
+
+
+def legacy_root(key_prefix: str) -> str:
+    """The root before 0.3: the hash tag alone (same slot as `root`)."""
     return "{" + key_prefix + "}"
 
 
@@ -65,10 +77,21 @@ def encode_scope(scope: str) -> str:
 
 
 def rule_key(key_prefix: str, rule: Rule) -> str:
-    return f"{hash_tag(key_prefix)}:{rule.level.value}:{encode_scope(rule.scope)}:{rule.dimension.value}"
+    return f"{root(key_prefix)}:{rule.level.value}:{encode_scope(rule.scope)}:{rule.dimension.value}"
 
 
 def derived_keys(base: str, sub_window: int, period: str) -> list[str]:
     """Every key a script may derive from `base` (for tests and tooling; the scripts build them in Lua)."""
-    tag = base[: base.index("}") + 1]
-    return [f"{base}:sw", f"{base}:q:{period}", f"{tag}:leases", f"{tag}:lh"]
+    head = base[: base.index("}") + 1]
+    return [f"{base}:sw", f"{base}:q:{period}", f"{head}:leases", f"{head}:lh"]
+
+
+def legacy_move(key_prefix: str, name: str) -> tuple[str, str] | None:
+    """(kind, new name) of a settled counter under the legacy root: `q` quota counter, `sw` minute
+    window; None for anything else (leases expire within seconds of their last write and stay put)."""
+    old = legacy_root(key_prefix) + ":"
+    if not name.startswith(old) or name.endswith((":leases", ":lh")):
+        return None
+    rest = name[len(old) :]
+    kind = "sw" if rest.endswith(":sw") else "q" if ":q:" in rest else None
+    return None if kind is None else (kind, f"{root(key_prefix)}:{rest}")

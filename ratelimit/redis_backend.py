@@ -2,11 +2,11 @@
 
 Key scheme (details in `ratelimit.keys`; `P` = `LimitsConfig.key_prefix`, scope percent-encoded):
 
-    {P}:<level>:<scope>:<dimension>             rule base key, passed in KEYS
-    {P}:<level>:<scope>:<dimension>:sw          minute rules: HASH sub-window n -> settled usage, t, h
-    {P}:<level>:<scope>:<dimension>:q:<period>  quota rules: usage of UTC day `d<days>` / month `mYYYYMM`
-    {P}:leases                                  ZSET request id -> lease expiry (server ms)
-    {P}:lh                                      HASH per request its rules' amounts, per rule the total
+    P:{P}:<level>:<scope>:<dimension>             rule base key, passed in KEYS
+    P:{P}:<level>:<scope>:<dimension>:sw          minute rules: HASH sub-window n -> settled usage, t, h
+    P:{P}:<level>:<scope>:<dimension>:q:<period>  quota rules: usage of UTC day `d<days>` / `mYYYYMM`
+    P:{P}:leases                                  ZSET request id -> lease expiry (server ms)
+    P:{P}:lh                                      HASH per request its rules' amounts, per rule the total
 
 The single hash tag `{P}` puts every key in one slot, so an admission spanning key, app, org, global and
 pool levels is one atomic script on Redis Cluster too: one slot is one shard, so that shard's primary

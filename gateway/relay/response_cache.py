@@ -23,7 +23,7 @@ from typing import Any
 from cache.commands import Embedder
 from cache.entry import assemble, split_question, with_question
 from cache.exact import ExactStore, MemoryExactStore, RedisExactStore
-from cache.key import exact_key, semantic_scope
+from cache.key import exact_key, prefix_for, semantic_scope
 from cache.policy import HEADER_VALUES, uses_cache
 from cache.semantic import MemoryVectorIndex, RedisVectorIndex, VectorIndex
 from cache.verify import same_question
@@ -103,6 +103,7 @@ class ResponseCache:
         self._embedder = backends.embedder
         self._semantic_ready = False
         self._max_entry = policy.cache.max_entry_bytes
+        self._key_prefix = prefix_for(policy.limits.key_prefix)
         self._log = log or logging.getLogger("llmgw.cache")
         self._last_warning = 0.0
         self._pending: set[asyncio.Future[None]] = set()
@@ -176,7 +177,7 @@ class ResponseCache:
             # (an unrestricted key of the same scope stored it): keys with the same cut share entries.
             scope += "|pools:" + ",".join(sorted(entry.pools & allowed))
         try:
-            key = exact_key(scope, entry.route, endpoint.value, body)
+            key = exact_key(scope, entry.route, endpoint.value, body, self._key_prefix)
         except TypeError:
             return None
         chat = kind is Kind.CHAT
@@ -330,7 +331,13 @@ def build_cache(
     embedder: Embedder | None = None
     if any(m.cache is not None and m.cache.semantic.enabled for m in policy.models):
         index = (
-            RedisVectorIndex(client) if client is not None else MemoryVectorIndex(cfg.semantic_memory_entries)
+            RedisVectorIndex(
+                client,
+                index=f"{policy.limits.key_prefix}-sem-v1",
+                prefix=f"{policy.limits.key_prefix}:sem:v1:".encode(),
+            )
+            if client is not None
+            else MemoryVectorIndex(cfg.semantic_memory_entries)
         )
         # Imported here: numpy, onnxruntime and the encoder load only when the semantic cache is on.
         from router.embedding import QuestionEmbedder

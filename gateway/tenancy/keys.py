@@ -4,12 +4,15 @@ A key is `sk-` + 43 URL-safe characters (32 random bytes = 256 bits). The gatewa
 the plaintext: it is shown once, when created, and afterwards only its SHA-256 exists - in the policy
 file (static keys), in process memory, and in Redis.
 
-Redis key scheme (all keys share the `{prefix}` hash tag, like the limiter's, so one Lua script can
-touch both hashes on Redis Cluster; the default prefix is `llmgw`):
+Redis key scheme (all keys under the limiter's root `P:{P}`: the gateway's one prefix, then the hash
+tag, so one Lua script can touch both hashes on Redis Cluster; the default prefix P is `llmgw`):
 
-    {llmgw}:keys     HASH  sha256 (hex) -> KeyRecord JSON (metadata and the hash; never the key)
-    {llmgw}:keyids   HASH  key id       -> sha256 (hex), for revocation and duplicate-id checks
-    {llmgw}:keys:revoked   pub/sub channel: "<publisher id> <sha256>" per revocation
+    llmgw:{llmgw}:keys     HASH  sha256 (hex) -> KeyRecord JSON (metadata and the hash; never the key)
+    llmgw:{llmgw}:keyids   HASH  key id       -> sha256 (hex), for revocation and duplicate-id checks
+    llmgw:{llmgw}:keys:revoked   pub/sub channel: "<publisher id> <sha256>" per revocation
+
+Before 0.3 the names were `{P}:keys` and `{P}:keyids` (no leading prefix). `start` merges what is left
+under them into the new hashes (same slot), so an upgrade keeps every key; see `merge_legacy`.
 
 Revoking keeps the record with `revoked_at` set, so a revoked key stays listed and its id is never
 reused. The store tells its watchers (the process's authenticator) at once (`source` "local"), and
@@ -23,10 +26,12 @@ misses the message (subscriber disconnected) still refuses the key when its cach
 from __future__ import annotations
 
 import hashlib
+import logging
 import secrets
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
+from importlib import resources
 from typing import Any, Literal, Protocol
 
 import orjson
@@ -36,7 +41,10 @@ from redis.exceptions import RedisError
 from gateway.config import Tenancy
 from gateway.errors import UpstreamUnavailableError
 from gateway.tenancy.revocations import RevocationChannel
+from ratelimit.keys import legacy_root, root
 from ratelimit.model import LevelLimits
+
+_log = logging.getLogger("llmgw.keys")
 
 KEY_PREFIX = "sk-"
 KEY_BYTES = 32  # 256 bits of entropy
@@ -241,14 +249,8 @@ class MemoryKeyStore:
         return None
 
 
-# Checks and writes both hashes in one step, so two replicas creating the same id cannot both win.
-_CREATE_LUA = """
-if redis.call('HEXISTS', KEYS[2], ARGV[1]) == 1 then return 1 end
-if redis.call('HEXISTS', KEYS[1], ARGV[2]) == 1 then return 2 end
-redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
-redis.call('HSET', KEYS[1], ARGV[2], ARGV[3])
-return 0
-"""
+def _lua(name: str) -> str:
+    return resources.files("gateway.tenancy").joinpath("lua", f"{name}.lua").read_text()
 
 
 def _unavailable() -> UpstreamUnavailableError:
@@ -267,18 +269,46 @@ class RedisKeyStore:
         self, client: redis.asyncio.Redis, prefix: str = "llmgw", *, owns_client: bool = False
     ) -> None:
         self._client = client
-        self._keys = f"{{{prefix}}}:keys"
-        self._ids = f"{{{prefix}}}:keyids"
+        self._keys = f"{root(prefix)}:keys"
+        self._ids = f"{root(prefix)}:keyids"
+        self._legacy = (f"{legacy_root(prefix)}:keys", f"{legacy_root(prefix)}:keyids")
         self._owns_client = owns_client
-        self._create_script = client.register_script(_CREATE_LUA)
+        self._create_script = client.register_script(_lua("create_key"))
+        self._merge_script = client.register_script(_lua("merge_legacy_v1"))
         self._watchers: list[Watcher] = []
-        self.revocations = RevocationChannel(client, f"{{{prefix}}}:keys:revoked", self._heard)
+        self.revocations = RevocationChannel(client, f"{root(prefix)}:keys:revoked", self._heard)
 
     def watch(self, watcher: Watcher) -> None:
         self._watchers.append(watcher)
 
     async def start(self) -> None:
+        try:
+            merged = await self.merge_legacy()
+        except RedisError as exc:  # keys created before 0.3 fail until a start that reaches Redis
+            _log.warning("key store: the pre-0.3 hashes could not be merged (%s)", exc)
+        else:
+            if merged:
+                _log.info("key store: merged %d entries from the pre-0.3 hashes", merged)
         self.revocations.start()
+
+    async def merge_legacy(self, batch: int = 200) -> int:
+        """Merge the pre-0.3 hashes into the current ones, field by field, deleting each old field.
+
+        Idempotent and safe on every replica at once (each batch is one script; see
+        `lua/merge_legacy_v1.lua`), and bounded work per call: HSCAN pages, never one HGETALL.
+        Returns how many fields were written."""
+        keys = [self._legacy[0], self._keys, self._legacy[1], self._ids]
+        written = 0
+        for kind, name in (("r", self._legacy[0]), ("i", self._legacy[1])):
+            page: list[bytes] = []
+            async for field, _ in self._client.hscan_iter(name, count=batch):
+                page.append(field)
+                if len(page) >= batch:
+                    written += int(await self._merge_script(keys=keys, args=[kind, *page]))
+                    page = []
+            if page:
+                written += int(await self._merge_script(keys=keys, args=[kind, *page]))
+        return written
 
     def _heard(self, sha: str) -> None:
         for watcher in self._watchers:

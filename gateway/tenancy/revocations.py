@@ -1,6 +1,6 @@
 """Revocations broadcast between replicas: a Redis pub/sub channel under the key prefix.
 
-    {llmgw}:keys:revoked   messages "<publisher id> <sha256 hex>", one per revocation
+    llmgw:{llmgw}:keys:revoked   messages "<publisher id> <sha256 hex>", one per revocation
 
 `publish` sends one; every process runs one subscriber task (from `start` to `close`, the app's
 lifespan) that hands other processes' messages to a callback. Its own messages are skipped by

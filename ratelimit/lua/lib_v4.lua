@@ -42,10 +42,10 @@ local function period(kind, t)
   return string.format('m%04d%02d', y, m), days_from_civil(ny, nm) * DAY_MS
 end
 
--- Leases (v4, unchanged in lib_v4): one record per request, not one per rule. Two keys under the shared hash tag `{P}`
--- (taken from the first rule key, so no extra argument and the same slot):
---   {P}:leases   ZSET  request id -> lease expiry (server ms)
---   {P}:lh       HASH  '@' .. request id -> "<rule base key> <amount>\n" per rule it holds, and
+-- Leases (v4, unchanged in lib_v4): one record per request, not one per rule. Two keys under the shared root
+-- `P:{P}` (taken from the first rule key up to its hash tag, so no extra argument and the same slot):
+--   P:{P}:leases ZSET  request id -> lease expiry (server ms)
+--   P:{P}:lh     HASH  '@' .. request id -> "<rule base key> <amount>\n" per rule it holds, and
 --                      <rule base key>    -> total amount of the leases counted there (0: deleted)
 -- An admission then costs a fixed handful of calls however many rules it spans (per-rule lease sets
 -- cost three writes per rule and dominated the script's time). Expired leases keep counting until a
@@ -55,8 +55,8 @@ end
 
 -- (Scripts derive them once, from KEYS[1], and hand them to the functions below.)
 local function lease_keys(base)
-  local tag = string.match(base, '^({[^}]*})')
-  return tag .. ':leases', tag .. ':lh'
+  local head = string.match(base, '^([^{]*{[^}]*})')
+  return head .. ':leases', head .. ':lh'
 end
 
 local function touch(leases, lh, lease_ms)

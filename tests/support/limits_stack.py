@@ -14,7 +14,7 @@ import redis
 from gateway.tenancy.keys import generate_key, hash_key
 from tests.support.prom import metric
 
-PREFIX = "{llmgw}"
+PREFIX = "llmgw:{llmgw}"
 
 
 @dataclass(frozen=True)

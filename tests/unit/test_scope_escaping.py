@@ -56,5 +56,5 @@ def test_colliding_tenants_get_different_limiter_keys() -> None:
         keys.append({r.level: rule_key("llmgw", r) for r in rules})
     assert keys[0][Level.APP] != keys[1][Level.APP]
     assert keys[0][Level.ORG] != keys[1][Level.ORG]
-    assert keys[0][Level.APP] == "{llmgw}:app:acme%2Fx%252Fy:tokens"
-    assert keys[1][Level.APP] == "{llmgw}:app:acme%252Fx%2Fy:tokens"
+    assert keys[0][Level.APP] == "llmgw:{llmgw}:app:acme%2Fx%252Fy:tokens"
+    assert keys[1][Level.APP] == "llmgw:{llmgw}:app:acme%252Fx%2Fy:tokens"

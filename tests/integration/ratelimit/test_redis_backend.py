@@ -37,7 +37,7 @@ async def test_every_key_written_hashes_to_the_prefix_slot(
     assert decision.reservation is not None
     await backend.settle(decision.reservation, usage_cost(5, 5))
     decision = await backend.admit(Admission("slot-2", rules, request_cost(5, 5)))  # leaves live leases
-    keys = [k async for k in client.scan_iter(match="{slots}*")]
+    keys = [k async for k in client.scan_iter(match="slots:{slots}*")]
     kinds = {k.rsplit(b":", 2)[-2] if b":q:" in k else k.rsplit(b":", 1)[-1] for k in keys}
     assert kinds == {b"sw", b"q", b"leases", b"lh"}
     assert {key_slot(k) for k in keys} == {key_slot(b"{slots}")}
@@ -131,7 +131,7 @@ async def test_a_queued_settlement_rides_on_the_next_admission(
     assert [s.remaining for s in second.states] == [0, 100 - 15 - 80]
     await asyncio.sleep(0.1)  # past carry_s: the timer fired and had nothing to send
     assert await _evalsha_calls(client) - before == 1  # c2 alone: no settle call of its own
-    assert await client.zcard("{carry}:leases") == 1  # only c2's lease is left
+    assert await client.zcard("carry:{carry}:leases") == 1  # only c2's lease is left
     await backend.close()
 
 
@@ -148,5 +148,5 @@ async def test_queued_settlements_go_out_together_after_the_carry_delay(
         backend.settle_soon(d.reservation, usage_cost(1, 1))
     await asyncio.sleep(0.1)
     assert await _evalsha_calls(client) - before == 1  # one settle_v5 call for all five
-    assert await client.zcard("{alone}:leases") == 0
+    assert await client.zcard("alone:{alone}:leases") == 0
     await backend.close()

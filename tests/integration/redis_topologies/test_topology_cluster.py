@@ -67,7 +67,10 @@ def test_limiter_key_store_and_cache_on_cluster(gw: Gateway, cluster: RedisClust
     nodes = [ClusterNode(*seed.split(":")) for seed in cluster.seeds]
     with ClusterClient(startup_nodes=nodes) as c:
         keys = [k.decode() for k in c.scan_iter(count=1000, target_nodes=ClusterClient.PRIMARIES)]
-    assert any(k.startswith("{llmgw") for k in keys), keys[:20]  # the limiter's keys, whatever their tag
+    assert any(k.startswith("llmgw:{llmgw}:") for k in keys), keys[:20]  # the limiter's and key store's
+    assert any(k.startswith("llmgw:cache:") for k in keys), keys[:20]
+    # One prefix for everything the gateway writes, so one ACL pattern (`~llmgw:*`) covers it all.
+    assert all(k.startswith("llmgw:") for k in keys), [k for k in keys if not k.startswith("llmgw:")]
 
 
 def test_cluster_url_in_standalone_mode_refuses_to_start(refusals: dict[str, StartAttempt]) -> None:

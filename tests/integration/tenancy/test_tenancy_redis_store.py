@@ -39,7 +39,7 @@ class Clock:
 
 async def test_create_get_list_revoke(redis_client: redis.asyncio.Redis) -> None:
     store = RedisKeyStore(redis_client, "llmgw")
-    assert store.redis_keys == ("{llmgw}:keys", "{llmgw}:keyids")
+    assert store.redis_keys == ("llmgw:{llmgw}:keys", "llmgw:{llmgw}:keyids")
     k1, k2 = generate_key(), generate_key()
     r1, r2 = rec(k1, "k1"), rec(k2, "k2", models=frozenset(), limits=None)
     await store.create(r1)
@@ -70,6 +70,37 @@ async def test_prefixes_are_isolated(redis_client: redis.asyncio.Redis) -> None:
     await b.create(rec(key, "k1"))  # the same id in another prefix is fine
 
 
+async def test_keys_of_a_pre_0_3_store_are_merged_at_start(redis_client: redis.asyncio.Redis) -> None:
+    """The upgrade to one key prefix (`{P}:keys` -> `P:{P}:keys`) loses no key: the old hashes are
+    merged at start, field by field (batches smaller than the store here), and a revocation made on an
+    old replica after a new one copied the record still wins."""
+    old = RedisKeyStore(redis_client, "llmgw")
+    keys = [generate_key() for _ in range(7)]
+    for i, k in enumerate(keys):
+        await old.create(rec(k, f"k{i}"))
+    for name in old.redis_keys:  # what a pre-0.3 gateway left (the layout is the same)
+        await redis_client.rename(name, name.replace("llmgw:{llmgw}", "{llmgw}"))
+    # k0 was copied by a new replica already, then revoked on an old one.
+    revoked = (await redis_client.hget("{llmgw}:keys", hash_key(keys[0])), rec(keys[0], "k0", revoked_at=5.0))
+    assert revoked[0] is not None
+    await redis_client.hset("llmgw:{llmgw}:keys", hash_key(keys[0]), revoked[0])
+    await redis_client.hset("{llmgw}:keys", hash_key(keys[0]), revoked[1].to_json())
+
+    new = RedisKeyStore(redis_client, "llmgw")
+    assert await new.get(hash_key(keys[1])) is None  # before start: the old hashes are not read
+    assert await new.merge_legacy(batch=3) == 14  # 7 records (k0 replaced by its revoked one), 7 ids
+    for i, k in enumerate(keys):
+        got = await new.get(hash_key(k))
+        assert got is not None and got.key_id == f"k{i}"
+    k0 = await new.get(hash_key(keys[0]))
+    assert k0 is not None and k0.revoked_at == 5.0
+    assert await new.revoke("k3") is True  # the ids moved too
+    names = sorted([n async for n in redis_client.scan_iter(count=100)])
+    assert names == [b"llmgw:{llmgw}:keyids", b"llmgw:{llmgw}:keys"]
+    assert await new.merge_legacy() == 0  # idempotent
+    await new.close()
+
+
 async def test_redis_holds_no_plaintext_key(redis_client: redis.asyncio.Redis) -> None:
     store = RedisKeyStore(redis_client, "llmgw")
     keys = [generate_key() for _ in range(20)]
@@ -78,7 +109,7 @@ async def test_redis_holds_no_plaintext_key(redis_client: redis.asyncio.Redis) -
     await store.revoke("k3")
     parts: list[bytes | str] = []
     names = [name async for name in redis_client.scan_iter(count=100)]
-    assert sorted(names) == [b"{llmgw}:keyids", b"{llmgw}:keys"]
+    assert sorted(names) == [b"llmgw:{llmgw}:keyids", b"llmgw:{llmgw}:keys"]
     for name in names:
         serialized = await redis_client.dump(name)  # the serialized value, as a backup would hold it
         assert serialized is not None

@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from redis.crc import key_slot
 
-from ratelimit.keys import derived_keys, encode_scope, rule_key
+from ratelimit.keys import derived_keys, encode_scope, legacy_move, legacy_root, root, rule_key
 from ratelimit.model import Admission, Dimension, Level, Reservation, Rule
 from ratelimit.redis_backend import SCRIPTS, RedisBackend, load_script
 from ratelimit.rules import request_cost, usage_cost
@@ -82,3 +82,18 @@ def test_scope_encoding_is_injective_and_tag_safe(a: str, b: str) -> None:
 def test_levels_and_dimensions_get_distinct_keys() -> None:
     keys = {rule_key("p", r) for r in all_level_rules("x")}
     assert len(keys) == len(Level) * len(Dimension)
+
+
+def test_every_limiter_key_is_under_the_one_prefix() -> None:
+    base = rule_key("gw", Rule(Level.ORG, "a:{b}", Dimension.TOKENS_DAY, 1))
+    for key in [base, *derived_keys(base, 7, "d1")]:
+        assert key.startswith("gw:{gw}:"), key
+        assert key_slot(key.encode()) == key_slot(b"{gw}")
+
+
+def test_legacy_names_map_to_the_root_and_leases_stay() -> None:
+    assert legacy_move("gw", "{gw}:org:a:tokens_day:q:d20000") == ("q", "gw:{gw}:org:a:tokens_day:q:d20000")
+    assert legacy_move("gw", "{gw}:key:k%3A1:tokens:sw") == ("sw", "gw:{gw}:key:k%3A1:tokens:sw")
+    for name in ("{gw}:leases", "{gw}:lh", "{gw}:keys", "{gw}:keyids", "{gw}:org:a:tokens", "{other}:x:q:d1"):
+        assert legacy_move("gw", name) is None, name
+    assert legacy_root("gw") == "{gw}" and root("gw") == "gw:{gw}"
