@@ -5,6 +5,10 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 PORT   ?= 8080
 FUZZ_EXAMPLES ?= 200
+# Let Python keep compiled modules (__pycache__/, git-ignored) even where the environment says not to
+# (some CI images set PYTHONDONTWRITEBYTECODE=1): the test layers start hundreds of gateway and
+# simulator processes, and each would compile the project's modules again, ~0.45 s of CPU apiece here.
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: bench-fair bench-fair-vllm bench-slo bench-instructions bench-redis-fill bench-redis-failover bench-redis-throughput install run test test-lane-e2e test-lane-waits test-lane-checks test-lane-alone check lint typecheck unit integration e2e conformance vllm tiny-model fuzz bench-overhead bench-observe bench-pools router-encoder bench-router k8s-tools helm-check agent-clis redis-stack bench-cache semantic-threshold peers-tools bench-peers bench-knee bench-capacity bench-soak bench-spec bench-lora lock clean
 
