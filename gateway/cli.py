@@ -1,6 +1,7 @@
 """The `llmgw` command.
 
-`gateway` owns `serve`, `config` and `keys`; other packages contribute subcommands through the
+`gateway` owns `serve`, `config`, `keys`, `db` and `spend` (the last two: the spend ledger,
+gateway/ledger/cli.py); other packages contribute subcommands through the
 `llmgw.commands` entry-point group, loaded only when that subcommand is asked for, so that
 `llmgw serve` never imports evaluation code (design §2).
 """
@@ -109,12 +110,51 @@ def _keys(args: argparse.Namespace) -> int:
     return run(args)
 
 
+def _add_db(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("db", help="the spend ledger's PostgreSQL database ($LLMGW_DATABASE_URL)")
+    dsub = p.add_subparsers(dest="db_command", required=True)
+    migrate = dsub.add_parser("migrate", help="apply the schema migrations (safe to run concurrently)")
+    migrate.add_argument(
+        "--wait-s", type=float, default=30.0, help="wait this long for the database to answer (default: 30)"
+    )
+    p.set_defaults(func=_db)
+
+
+def _db(args: argparse.Namespace) -> int:
+    from gateway.ledger.cli import db
+
+    return db(args)
+
+
+def _add_spend(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("spend", help="spend report from the ledger ($LLMGW_DATABASE_URL)")
+    p.add_argument(
+        "--group-by",
+        default="org",
+        help="comma-separated: org, app, key, tag, user, alias, pool (default: org); a request with two "
+        'tags counts under each, an untagged one under ""',
+    )
+    p.add_argument("--from", dest="start", required=True, help="first day (2026-11-01, UTC) or an ISO time")
+    p.add_argument("--to", dest="end", required=True, help="end, exclusive (2026-12-01, UTC) or an ISO time")
+    p.add_argument("--interval", choices=["day", "month"], help="one row per UTC day or month as well")
+    p.add_argument("--format", choices=["table", "csv", "json"], default="table")
+    p.set_defaults(func=_spend)
+
+
+def _spend(args: argparse.Namespace) -> int:
+    from gateway.ledger.cli import spend
+
+    return spend(args)
+
+
 def build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="llmgw", description="Production LLM gateway")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_serve(sub)
     _add_config(sub)
     _add_keys(sub)
+    _add_db(sub)
+    _add_spend(sub)
     plugins = _plugin_commands()
     wanted = argv[0] if argv else None
     for name, ep in sorted(plugins.items()):
