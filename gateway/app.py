@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import os
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -20,7 +21,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from gateway.config import Policy
+from gateway.config import ConfigError, Policy
 from gateway.dialects.exchange import DialectSend
 from gateway.dialects.messages import MessagesDialect
 from gateway.dialects.seal import Sealer
@@ -30,6 +31,9 @@ from gateway.edge.exchange import Kind, Receive, RequestIds, Scope, Send, send_e
 from gateway.errors import (
     UpstreamUnavailableError,
 )
+from gateway.ledger.spool import MemorySpool, RedisSpool, Spool
+from gateway.ledger.store import SpendStore, database_url
+from gateway.ledger.writer import Ledger
 from gateway.observability.feedback_shared import SharedFeedback
 from gateway.observability.metrics import Metrics
 from gateway.observability.observer import Observer
@@ -76,6 +80,14 @@ class GatewayApp:
         self.started_at = time.time()
         self.ids = RequestIds()
         self.parts = build_components(policy, settings)
+        # The spend ledger's database (also the audit log's and the spend reports'), when configured.
+        self.database_url = database_url(os.environ)
+        if policy.ledger.enabled and self.database_url is None:
+            raise ConfigError(
+                "ledger.enabled is true but neither LLMGW_DATABASE_URL nor LLMGW_DATABASE_URL_FILE is set"
+            )
+        self.spend_store: SpendStore | None = None
+        self.ledger: Ledger | None = None
         # Routed aliases load their router models here, before serving: a missing or corrupt artifact
         # stops start-up with the reason (ConfigError), unless the policy configures a fallback.
         self.routed = build_routed(policy, logging.getLogger("llmgw.router"))
@@ -123,6 +135,7 @@ class GatewayApp:
         parts = self.parts
         upstream = await UpstreamClients.start(self.policy, self.settings, parts.metrics, self.transport)
         await parts.start()
+        await self._start_ledger()
         if self.room is not None:
             self.room.start()
         await self.observer.feedback.start()
@@ -191,7 +204,39 @@ class GatewayApp:
         canary.start()
         return canary
 
+    async def _start_ledger(self) -> None:
+        """The database pool (opens connections when first used: a database down at start is the
+        drainer's to wait for), and the ledger every finished request is written to."""
+        if self.database_url is not None:
+            self.spend_store = await SpendStore.connect(self.database_url)
+        cfg = self.policy.ledger
+        if not cfg.enabled:
+            return
+        redis = self.parts.redis
+        spool: Spool = (
+            # `room`: the spool stops growing while Redis is past its share for growing state, so a
+            # long database outage can never fill the limiter's Redis (rows then wait in memory).
+            RedisSpool(
+                redis,
+                key_prefix=self.policy.limits.key_prefix,
+                max_rows=cfg.spool_max_rows,
+                room=self._has_room if self.room is not None else None,
+            )
+            if redis is not None
+            else MemorySpool(cfg.spool_max_rows)
+        )
+        self.ledger = Ledger(
+            cfg, spool, self.spend_store, self.parts.metrics.registry, self.policy.limits.key_prefix
+        )
+        await self.ledger.start()
+        self.observer.ledger = self.ledger
+
     async def _close(self) -> None:
+        if self.ledger is not None:
+            self.observer.ledger = None
+            await self.ledger.close()  # what it holds goes to the spool; the drainer writes what it can
+        if self.spend_store is not None:
+            await self.spend_store.close()
         if self.cache is not None:
             await self.cache.close()
         await self.observer.feedback.close()

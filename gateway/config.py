@@ -20,7 +20,8 @@ from gateway.config_guardrails import Guardrails
 from gateway.config_pool import Endpoint, GpuHourPrice, Pool, PoolName, Timeouts
 from gateway.config_refs import CACHE_POOL, references
 from gateway.config_route import Route
-from ratelimit.model import LevelLimits, LimitsConfig
+from gateway.ledger.config import LedgerConfig
+from ratelimit.model import TAG_PATTERN, LevelLimits, LimitsConfig
 
 # The pool models live in gateway.config_pool; importers keep using `gateway.config` for all of them.
 __all__ = [
@@ -193,6 +194,11 @@ class SloClass(_Frozen):
 class AppConfig(_Frozen):
     name: Name
     limits: LevelLimits | None = Field(None, description="overrides of the tier's app-level limits")
+    end_user_limits: LevelLimits | None = Field(
+        None,
+        description="the limits of each end user of this app (OpenAI's `user`, Anthropic's "
+        "`metadata.user_id`), e.g. `{usd_per_day: 2}`; unset: end users are not limited",
+    )
 
 
 class OrgConfig(_Frozen):
@@ -216,6 +222,9 @@ class StaticKey(_Frozen):
         "a direct alias on another pool is refused); empty = the tier's `tenancy.tier_pools`, else all",
     )
     limits: LevelLimits | None = Field(None, description="overrides of the tier's key-level limits")
+    tags: frozenset[Annotated[str, Field(pattern=TAG_PATTERN)]] | None = Field(
+        None, description="the tags this key's requests may carry (limits.tags); unset: any declared tag"
+    )
 
 
 class Tenancy(_Frozen):
@@ -259,6 +268,9 @@ class Policy(_Frozen):
     cache: CacheConfig = CacheConfig()
     guardrails: Guardrails = Guardrails()
     drift: DriftConfig | None = Field(None, description="background drift canary between pool pairs")
+    ledger: LedgerConfig = Field(
+        LedgerConfig(), description="the spend ledger: one row per finished request in PostgreSQL"
+    )
 
     def pool(self, name: str) -> Pool:
         for p in self.pools:

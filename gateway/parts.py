@@ -21,6 +21,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from gateway.budget.admission import Admissions
+from gateway.budget.overrides import BudgetOverrides, MemoryBudgetStore, RedisBudgetStore
 from gateway.config import ConfigError, Policy
 from gateway.observability.metrics import FailoverCollector, Metrics
 from gateway.redis_conn import (
@@ -59,11 +60,14 @@ class Components:
     failover: FailoverStats | None = None
     target: RedisTarget | None = None
     key_prefix: str = "llmgw"
+    budgets: BudgetOverrides | None = None
 
     async def start(self) -> None:
         if self.target is not None and self.redis is not None:
             await self._check_redis(self.target, self.redis)
         await self.store.start()  # hears other replicas' key revocations until `close`
+        if self.budgets is not None:
+            await self.budgets.start()  # run-time budgets (the admin API), polled until `close`
         if self.redis_backend is None:
             return
         try:
@@ -108,6 +112,8 @@ class Components:
             log.warning("Redis (%s) did not answer at start: %s; the failure mode decides", target.where, e)
 
     async def close(self) -> None:
+        if self.budgets is not None:
+            await self.budgets.close()
         await self.admissions.drain()
         await self.limiter.close()
         await self.store.close()
@@ -161,6 +167,11 @@ def build(policy: Policy, settings: Settings) -> Components:
         else MemoryKeyStore()
     )
     auth = Authenticator(tenancy, limits, store, metrics=metrics)
+    # Budgets changed through the admin API: shared through Redis when there is one (any replica's
+    # change reaches every replica within a second), else this process's own.
+    budgets = BudgetOverrides(
+        RedisBudgetStore(client, limits.key_prefix) if client is not None else MemoryBudgetStore()
+    )
     return Components(
         metrics=metrics,
         store=store,
@@ -171,6 +182,7 @@ def build(policy: Policy, settings: Settings) -> Components:
             limiter,
             metrics,
             {p.name: p.backend_error_mode(limits.on_backend_error) for p in policy.pools},
+            budgets,
         ),
         redis_backend=redis_backend,
         redis=client,
@@ -178,4 +190,5 @@ def build(policy: Policy, settings: Settings) -> Components:
         failover=failover.stats if failover is not None else None,
         target=target,
         key_prefix=limits.key_prefix,
+        budgets=budgets,
     )

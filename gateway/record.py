@@ -9,14 +9,15 @@ only for the stages it went through (and no class holds more than a stage's wort
 
     http     Exchange        arrival (Relay.handle); the stages that answer set its status
     who      Principal       1 authenticate: the key's tenant, pools, hold-queue rank (one per key)
-    ask      Ask             2 read: the body (a dialect's translated), alias, requested adapter;
+    ask      Ask             2 read: the body (a dialect's translated), alias, requested adapter,
+                               tags and end user;
                                guard: the guardrails it is held to, its schema check
     cache    CacheState      3 cache lookup: the lookup, status, hit
     route    Route           4 route: the tier that serves first (a direct alias's only one)
     decided  Decided         4 route: a routed alias's plan
     prep     Prepared        5 normalize: the body for the pool
     budget   Budget          6 admit: the reservation, its ticket, or its Speculation (an admission
-                               in flight while the pool is called)
+                               in flight while the pool is called); 8 settle: its cost (Spend)
     answer   Answer          7 call (unary, stream, cascade; a hit: the cache stage): the tier that
                                answered, usage, capture, timings; 8 settle may correct the input
                                count it charged
@@ -41,6 +42,7 @@ from gateway.errors import GatewayError
 
 if TYPE_CHECKING:
     from gateway.budget.admission import Ticket
+    from gateway.budget.pricing import Spend
     from gateway.guardrails.conformance import Check
     from gateway.guardrails.plan import GuardPlan
     from gateway.relay.normalize import Prepared
@@ -54,20 +56,31 @@ class Ask:
     """What the client asked. Written by read (body, alias, adapter) and the input guardrails (guard,
     schema), which screen it right after."""
 
-    __slots__ = ("body", "alias", "adapter", "guard", "schema")
+    __slots__ = ("body", "alias", "adapter", "guard", "schema", "tags", "end_user")
 
     body: dict[str, Any]  # the request as chat, completions or embeddings (a dialect's translated)
     alias: str
     adapter: str | None  # the LoRA adapter of `alias:adapter` as the client named it
     guard: GuardPlan | None  # the guardrails it is held to (its output policy is read later)
     schema: Check | None  # its response_format JSON schema, when the output policy checks it
+    tags: tuple[str, ...]  # `x-llmgw-tags` / `metadata.tags`, checked (gateway.budget.labels)
+    end_user: str | None  # OpenAI's `user` (Anthropic's `metadata.user_id`), checked
 
-    def __init__(self, body: dict[str, Any], alias: str, adapter: str | None) -> None:
+    def __init__(
+        self,
+        body: dict[str, Any],
+        alias: str,
+        adapter: str | None,
+        tags: tuple[str, ...] = (),
+        end_user: str | None = None,
+    ) -> None:
         self.body = body
         self.alias = alias
         self.adapter = adapter
         self.guard = None
         self.schema = None
+        self.tags = tags
+        self.end_user = end_user
 
 
 class CacheState:
@@ -89,7 +102,7 @@ class Budget:
     """The admission against the token budgets. Written by admit (gateway/relay/_admit.py): the
     reservation, the ticket, or the speculative admission still in flight."""
 
-    __slots__ = ("reserved_in", "granted_out", "topup", "ticket", "speculation")
+    __slots__ = ("reserved_in", "granted_out", "topup", "ticket", "speculation", "spend")
 
     # The reservation, what a pool's reported usage is checked against (gateway.budget.usage).
     reserved_in: int  # the input estimate
@@ -97,6 +110,7 @@ class Budget:
     topup: bool  # a stream metered as it runs and topped up (gateway.budget.admission)
     ticket: Ticket | None  # the granted admission, to settle
     speculation: Speculation | None  # admitted speculatively (docs/design/017)
+    spend: Spend | None  # 8 settle: what it cost (micro-dollars), charged, counted and written once
 
     def __init__(self, reserved_in: int, granted_out: int, topup: bool) -> None:
         self.reserved_in = reserved_in
@@ -104,6 +118,7 @@ class Budget:
         self.topup = topup
         self.ticket = None
         self.speculation = None
+        self.spend = None
 
 
 class Speculation:

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from ratelimit.model import SUB_WINDOWS, Admission, Decision, Dimension, Reservation, Rule
 from ratelimit.windows import (
     DEFAULT_SUB_WINDOW_MS,
+    QUOTA_KINDS,
     Check,
     build_decision,
     choose_refusal,
@@ -108,7 +109,7 @@ class MemoryBackend:
         quota_used, period_end = 0, 0
         if kind == "m":
             counts = [book.windows.get(j, 0) for j in range(cur - self._n + 1, cur + 1)]
-        elif kind in ("d", "M"):
+        elif kind in QUOTA_KINDS:
             pid, period_end = period(kind, t_ms)
             quota_used = book.quotas.get(pid, 0)
         return Check(kind, limit, cost, book.leased, counts, quota_used, period_end, book.earliest())
@@ -191,7 +192,7 @@ class MemoryBackend:
                 book.windows[cur] = book.windows.get(cur, 0) + amount
                 for old in [j for j in book.windows if j <= cur - self._n]:
                     del book.windows[old]
-            elif kind in ("d", "M"):
+            elif kind in QUOTA_KINDS:
                 pid, _ = period(kind, t)
                 if pid not in book.quotas:
                     book.quotas = {p: v for p, v in book.quotas.items() if p[0] != pid[0]} | {pid: 0}

@@ -18,13 +18,16 @@ without settling leaks nothing for longer than one lease.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Literal, NamedTuple, Protocol
+from typing import Annotated, Literal, NamedTuple, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from ratelimit.errors import BackendUnavailable
+
+# A tag: what a cost centre or project is called; never a label value of a metric.
+TAG_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$"
 
 # Per-minute windows slide in 5 s steps: a refused request learns its Retry-After to within 5 s,
 # and each check reads 12 sub-window counters per (level, dimension).
@@ -38,6 +41,8 @@ class Level(StrEnum):
     ORG = "org"
     GLOBAL = "global"
     POOL = "pool"
+    TAG = "tag"  # a request's tag (`x-llmgw-tags`, `metadata.tags`): a budget shared by whoever sends it
+    USER = "user"  # an end user of an app (OpenAI's `user`, Anthropic's `metadata.user_id`)
 
 
 SHARED_LEVELS = frozenset({Level.ORG, Level.GLOBAL, Level.POOL})
@@ -51,12 +56,22 @@ class Dimension(StrEnum):
     CONCURRENT = "concurrent"
     TOKENS_DAY = "tokens_day"
     TOKENS_MONTH = "tokens_month"
+    # Dollar budgets, counted in integer micro-dollars (a price in USD per million tokens is exactly
+    # micro-dollars per token): Redis adds integers exactly, and the ledger sums to the same figure.
+    USD_DAY = "usd_day"
+    USD_MONTH = "usd_month"
+    USD_TOTAL = "usd_total"
+
+
+USD_DIMENSIONS = frozenset((Dimension.USD_DAY, Dimension.USD_MONTH, Dimension.USD_TOTAL))
+MICRO_USD = 1_000_000
 
 
 class Window(StrEnum):
     MINUTE = "minute"  # sliding, SUB_WINDOWS sub-windows of WINDOW_S / SUB_WINDOWS seconds
     DAY = "day"  # UTC calendar day
     MONTH = "month"  # UTC calendar month
+    TOTAL = "total"  # never resets (a lifetime budget)
     NONE = "none"  # concurrency: leases only
 
 
@@ -68,6 +83,9 @@ WINDOW_OF: dict[Dimension, Window] = {
     Dimension.CONCURRENT: Window.NONE,
     Dimension.TOKENS_DAY: Window.DAY,
     Dimension.TOKENS_MONTH: Window.MONTH,
+    Dimension.USD_DAY: Window.DAY,
+    Dimension.USD_MONTH: Window.MONTH,
+    Dimension.USD_TOTAL: Window.TOTAL,
 }
 
 # Config field name -> dimension.
@@ -79,7 +97,11 @@ FIELD_DIMENSION: dict[str, Dimension] = {
     "concurrent": Dimension.CONCURRENT,
     "tokens_per_day": Dimension.TOKENS_DAY,
     "tokens_per_month": Dimension.TOKENS_MONTH,
+    "usd_per_day": Dimension.USD_DAY,
+    "usd_per_month": Dimension.USD_MONTH,
+    "usd_total": Dimension.USD_TOTAL,
 }
+USD_FIELDS = frozenset(("usd_per_day", "usd_per_month", "usd_total"))
 
 Priority = Literal["standard", "premium"]
 # What a limiter call does when the shared backend cannot decide (`ratelimit.failover`).
@@ -101,6 +123,9 @@ LimitName = Literal[
     "concurrent",
     "tokens_per_day",
     "tokens_per_month",
+    "usd_per_day",
+    "usd_per_month",
+    "usd_total",
 ]
 
 
@@ -114,13 +139,20 @@ class LevelLimits(_Frozen):
     concurrent: int | None = Field(None, ge=0, description="requests in flight at once")
     tokens_per_day: int | None = Field(None, ge=0, description="UTC calendar day quota, input + output")
     tokens_per_month: int | None = Field(None, ge=0, description="UTC calendar month quota, input + output")
+    # Dollars at the pools' prices, reserved at the worst case of the request and settled to its cost.
+    usd_per_day: float | None = Field(None, ge=0, le=1e9, allow_inf_nan=False, description="USD per UTC day")
+    usd_per_month: float | None = Field(
+        None, ge=0, le=1e9, allow_inf_nan=False, description="USD per UTC calendar month"
+    )
+    usd_total: float | None = Field(None, ge=0, le=1e9, allow_inf_nan=False, description="USD, never reset")
     shadow: frozenset[LimitName] = frozenset()
 
     def merged(self, override: LevelLimits | None) -> LevelLimits:
-        """`override`'s explicitly set fields win over ours."""
+        """`override`'s explicitly set fields win over ours. The result sets only what either set, so
+        it can itself be merged onto another level's limits (a run-time budget over a policy's)."""
         if override is None:
             return self
-        data = self.model_dump()
+        data = self.model_dump(exclude_unset=True)
         data.update(override.model_dump(exclude_unset=True))
         return LevelLimits.model_validate(data)
 
@@ -130,7 +162,8 @@ class LevelLimits(_Frozen):
         for name, dim in FIELD_DIMENSION.items():
             value = getattr(self, name)
             if value is not None:
-                out.append((dim, int(value), name in self.shadow))
+                amount = round(value * MICRO_USD) if name in USD_FIELDS else int(value)
+                out.append((dim, amount, name in self.shadow))
         return out
 
 
@@ -205,6 +238,13 @@ class LimitsConfig(_Frozen):
     pools: dict[str, LevelLimits] = {}
     tiers: dict[str, TierLimits] = {"standard": TierLimits()}
     key_prefix: str = Field("llmgw", pattern=r"^[A-Za-z0-9_.-]{1,32}$", description="Redis key prefix")
+    tags: dict[Annotated[str, Field(pattern=TAG_PATTERN)], LevelLimits] = Field(
+        {},
+        description="the tags requests may carry (`x-llmgw-tags`, `metadata.tags`), each with its budget "
+        "(`{}`: counted in the ledger, not limited); a tag not declared here or through the admin API is "
+        "refused (400)",
+    )
+    max_tags: int = Field(8, ge=0, le=32, description="tags per request at most")
     growth_max_memory_ratio: float = Field(
         0.7,
         gt=0,
@@ -233,6 +273,22 @@ class Tenant:
     key_limits: LevelLimits | None = None
     app_limits: LevelLimits | None = None
     org_limits: LevelLimits | None = None
+    end_user_limits: LevelLimits | None = None  # per end user of its app (None: end users are not limited)
+    tags: frozenset[str] | None = None  # the tags its requests may carry (None: any declared tag)
+
+
+@dataclass(frozen=True, slots=True)
+class Overrides:
+    """Limits changed at run time (the admin API), on top of the policy's: per key id, app scope
+    (`scope_id(org, app)`), org, tag; `end_user` per app scope is the limit of each end user of it.
+    `version` changes whenever any of them does, so a cache of resolved rules knows it is stale."""
+
+    version: int = 0
+    key: Mapping[str, LevelLimits] = field(default_factory=dict)
+    app: Mapping[str, LevelLimits] = field(default_factory=dict)
+    org: Mapping[str, LevelLimits] = field(default_factory=dict)
+    tag: Mapping[str, LevelLimits] = field(default_factory=dict)
+    end_user: Mapping[str, LevelLimits] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,7 +36,11 @@ DAY_MS = 86_400_000
 # Concurrency slots free up when some other request settles, which nobody can predict.
 CONCURRENCY_RETRY_MS = 1000
 
-KIND_OF_WINDOW: dict[Window, str] = {Window.MINUTE: "m", Window.DAY: "d", Window.MONTH: "M", Window.NONE: "c"}
+KIND_OF_WINDOW: dict[Window, str] = {
+    Window.MINUTE: "m", Window.DAY: "d", Window.MONTH: "M", Window.TOTAL: "T", Window.NONE: "c",
+}  # fmt: skip
+QUOTA_KINDS = ("d", "M", "T")  # settled per period: day, month, or one period that never ends
+TOTAL_PERIOD = "all"
 
 
 def kind_of(rule: Rule) -> str:
@@ -44,7 +48,10 @@ def kind_of(rule: Rule) -> str:
 
 
 def period(kind: str, t_ms: int) -> tuple[str, int]:
-    """(period id, period end in ms) of a quota kind (`d` day, `M` month) at t, UTC calendar."""
+    """(period id, period end in ms) of a quota kind (`d` day, `M` month) at t, UTC calendar; the
+    total kind `T` has one period that never ends (end 0)."""
+    if kind == "T":
+        return TOTAL_PERIOD, 0
     days = t_ms // DAY_MS
     if kind == "d":
         return f"d{days}", (days + 1) * DAY_MS
@@ -80,6 +87,8 @@ class Check:
             return CONCURRENCY_RETRY_MS
         if self.kind in ("d", "M"):
             return max(1, self.period_end_ms - t_ms)
+        if self.kind == "T":  # never resets: only a live lease settling below its reservation helps
+            return max(1, self.earliest_lease_ms - t_ms) if self.earliest_lease_ms is not None else DAY_MS
         need = self.used + self.cost - self.limit
         freed = 0
         # Sub-window cur - n + 1 + k leaves the window at (cur + 1 + k) * sub_ms.
@@ -98,7 +107,7 @@ class Check:
         remaining = max(0, self.limit - total)
         if self.kind in ("d", "M"):
             return remaining, self.period_end_ms - t_ms
-        if self.kind == "c" or total == 0:
+        if self.kind in ("c", "T") or total == 0:
             return remaining, 0
         if self.leased + charged > 0:
             newest = cur  # a lease settles into the current (or a later) sub-window

@@ -22,35 +22,48 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections import OrderedDict
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from time import monotonic, perf_counter
 from typing import Any
+from urllib.parse import unquote
 
 from gateway.budget.early import EarlyRefusals
-from gateway.budget.headers import rate_limit_headers
+from gateway.budget.headers import dollars, rate_limit_headers
+from gateway.budget.overrides import BudgetOverrides
 from gateway.errors import RateLimitError, RequestOverLimitError, UpstreamUnavailableError
 from gateway.observability.metrics import Metrics
 from ratelimit.errors import BackendUnavailable, EveryMinute
 from ratelimit.model import (
+    USD_DIMENSIONS,
     Admission,
     Ceilings,
     Decision,
     Dimension,
+    Level,
     Limiter,
     LimitsConfig,
     OnBackendError,
+    Overrides,
+    Priority,
     Reservation,
     Rule,
     Tenant,
     ceilings,
     over_limit,
 )
-from ratelimit.rules import request_cost, resolve_rules, usage_cost
+from ratelimit.rules import NO_OVERRIDES, known_tags, request_cost, request_rules, resolve_rules, usage_cost
 
 NO_POOL = "-"  # the pool of a request that reached none (an unknown model)
-_QUOTA_DIMS = frozenset((Dimension.TOKENS_DAY, Dimension.TOKENS_MONTH))
+_QUOTA_DIMS = frozenset((Dimension.TOKENS_DAY, Dimension.TOKENS_MONTH, *USD_DIMENSIONS))
+_BUDGET_NAME = {
+    Dimension.USD_DAY: "usd_per_day",
+    Dimension.USD_MONTH: "usd_per_month",
+    Dimension.USD_TOTAL: "usd_total",
+}
+MAX_BUDGET_ORGS = 1000  # org label values of llmgw_budget_used_ratio (orgs are operator-made, but bounded)
 log = logging.getLogger("llmgw.ratelimit")
 _DIM_TEXT = {
     Dimension.REQUESTS: "requests per minute",
@@ -60,24 +73,59 @@ _DIM_TEXT = {
     Dimension.CONCURRENT: "concurrent requests",
     Dimension.TOKENS_DAY: "tokens per day",
     Dimension.TOKENS_MONTH: "tokens per month",
+    Dimension.USD_DAY: "USD per day",
+    Dimension.USD_MONTH: "USD per month",
+    Dimension.USD_TOTAL: "USD in total (never reset)",
 }
 
 
 def _describe(rule: Rule) -> str:
-    where = "global" if rule.scope == "*" else f"{rule.level.value} '{rule.scope}'"
+    # A user's scope holds its org and app (escaped): name the level only, never echo the id back.
+    where = (
+        "global"
+        if rule.scope == "*"
+        else "end user"
+        if rule.level is Level.USER
+        else f"{rule.level.value} '{rule.scope}'"
+    )
     return f"{where} on {_DIM_TEXT[rule.dimension]}"
 
 
 def too_large(rule: Rule, amount: int, limit: int, left: int | None = None) -> RequestOverLimitError:
     """The 429 of a request over a limit (`left` None) or over what a quota has left."""
-    unit = _DIM_TEXT[rule.dimension].split(" per ")[0]
+    unit = _DIM_TEXT[rule.dimension].split(" ")[0] if rule.dimension in USD_DIMENSIONS else None
+    if unit is None:
+        unit = _DIM_TEXT[rule.dimension].split(" per ")[0]
+    fmt = _amount(rule.dimension)
     if left is None:
-        why = f"it needs {amount} {unit}, more than the limit of {limit}: it can never be admitted"
+        why = f"it needs {fmt(amount)} {unit}, more than the limit of {fmt(limit)}: it can never be admitted"
     else:
-        why = f"it needs {amount} {unit}, and {left} of the limit of {limit} are left until the quota resets"
+        why = f"it needs {fmt(amount)} {unit}, and {fmt(left)} of the limit of {fmt(limit)} are left" + (
+            " (it never resets)" if rule.dimension is Dimension.USD_TOTAL else " until the quota resets"
+        )
     err = RequestOverLimitError(f"Request too large for {_describe(rule)}: {why}.")
     err.param = f"{rule.level.value}.{rule.dimension.value}"
     return err
+
+
+def _amount(dim: Dimension) -> Callable[[int], str]:
+    """How a limit's amounts are written in messages: micro-dollars as USD, counts as they are."""
+    return dollars if dim in USD_DIMENSIONS else str
+
+
+@dataclass(frozen=True, slots=True)
+class _RuleSet:
+    """A key's resolved rules on a pool, their ceilings, and whether any is a dollar budget of its org
+    (then each admission updates `llmgw_budget_used_ratio`)."""
+
+    rules: tuple[Rule, ...]
+    limits: Ceilings
+    org_usd: bool
+
+    @classmethod
+    def of(cls, rules: tuple[Rule, ...], priority: Priority) -> _RuleSet:
+        org_usd = any(r.level is Level.ORG and r.dimension in USD_DIMENSIONS for r in rules)
+        return cls(rules, ceilings(rules, priority), org_usd)
 
 
 @dataclass(slots=True)
@@ -90,6 +138,7 @@ class Ticket:
     output_granted: int  # what the pool may generate (the alias's default/cap applied)
     headers: list[tuple[bytes, bytes]] = field(default_factory=list)
     settled: bool = False
+    usd_rate: float = 0.0  # micro-dollars per output token a top-up reserves (the alias's worst price)
 
     @property
     def topping_up(self) -> bool:
@@ -103,13 +152,18 @@ class Admissions:
         limiter: Limiter,
         metrics: Metrics,
         modes: Mapping[str, OnBackendError] | None = None,
+        overrides: BudgetOverrides | None = None,
     ) -> None:
-        """`modes`: pool -> its failure mode; a pool not in it (the cache's) gets the limiter's own."""
+        """`modes`: pool -> its failure mode; a pool not in it (the cache's) gets the limiter's own.
+        `overrides`: budgets changed at run time (the admin API), on top of `config`'s."""
         self._config = config
+        self.overrides = overrides
+        self._rules_version = 0  # the overrides' version the rule cache was built from
+        self._budget_children: dict[tuple[str, Dimension], Any] = {}
         self._limiter = limiter
         self._metrics = metrics
         self._modes = dict(modes or {})
-        self._rules: OrderedDict[tuple[str, str, str], tuple[tuple[Rule, ...], Ceilings]] = OrderedDict()
+        self._rules: OrderedDict[tuple[str, str, str], _RuleSet] = OrderedDict()
         self._report = EveryMinute(log)
         # Hot-path children, labelled once.
         self._allowed = metrics.limit_decisions.labels("all", "all", "allowed")
@@ -137,17 +191,37 @@ class Admissions:
 
         Keyed by key id: a key's record (tier, overrides) never changes; revoking makes a new key.
         """
-        return self._rule_set(tenant, pool)[0]
+        return self._rule_set(tenant, pool).rules
 
-    def _rule_set(self, tenant: Tenant, pool: str) -> tuple[tuple[Rule, ...], Ceilings]:
+    def _rule_set(self, tenant: Tenant, pool: str) -> _RuleSet:
+        overrides = self._overrides()
         key = (tenant.key_id, tenant.tier, pool)
         found = self._rules.get(key)
         if found is None:
-            rules = resolve_rules(self._config, tenant, pool)
-            found = self._rules[key] = (rules, ceilings(rules, tenant.priority))
+            rules = resolve_rules(self._config, tenant, pool, overrides)
+            found = self._rules[key] = _RuleSet.of(rules, tenant.priority)
             if len(self._rules) > 10_000:
                 self._rules.popitem(last=False)
         return found
+
+    def _overrides(self) -> Overrides:
+        """The run-time overrides; a changed version empties the rule cache (one attribute read else)."""
+        if self.overrides is None:
+            return NO_OVERRIDES
+        current = self.overrides.current
+        if current.version != self._rules_version:
+            self._rules.clear()
+            self._rules_version = current.version
+        return current
+
+    def request_rules(self, tenant: Tenant, tags: tuple[str, ...], end_user: str | None) -> tuple[Rule, ...]:
+        """The rules a request's tags and end user add to its key's (none for most requests)."""
+        if not tags and end_user is None:
+            return ()
+        return request_rules(self._config, tenant, tags, end_user, self._overrides())
+
+    def known_tags(self) -> Mapping[str, object]:
+        return known_tags(self._config, self._overrides())
 
     async def admit(
         self,
@@ -157,10 +231,21 @@ class Admissions:
         input_estimate: int,
         output_granted: int,
         stream_topup: bool,
+        usd: tuple[int, float] = (0, 0.0),
+        extra: tuple[Rule, ...] = (),
     ) -> Ticket:
+        """`usd`: (the worst case of its input estimate in micro-dollars, micro-dollars per output
+        token); `extra`: the rules of its tags and end user (`request_rules`)."""
         output = min(output_granted, self._config.stream_chunk_tokens) if stream_topup else output_granted
-        rules, limits = self._rule_set(tenant, pool)
-        cost = request_cost(input_estimate, output)
+        found = self._rule_set(tenant, pool)
+        rules, limits = found.rules, found.limits
+        if extra:
+            rules = rules + extra
+            limits = ceilings(rules, tenant.priority)
+        usd_in, usd_rate = usd
+        cost = request_cost(
+            input_estimate, output, usd_in + math.ceil(output * usd_rate) if usd_in or usd_rate else 0
+        )
         if (over := over_limit(limits, cost)) is not None:
             rule, limit, amount = over
             self._metrics.limit_decisions.labels(rule.level.value, rule.dimension.value, "too_large").inc()
@@ -177,6 +262,8 @@ class Admissions:
             ) from None
         self._metrics.limiter_latency.observe(perf_counter() - t)
         self._count(decision)
+        if found.org_usd:
+            self._budget_gauges(decision)
         if self._speculate:
             self._remember_headroom(tenant.key_id, decision)
         headers = rate_limit_headers(decision.states)
@@ -185,7 +272,25 @@ class Admissions:
             raise self._refusal(decision, headers, cost)
         self._active[request_id] = decision.reservation
         self._reserved.inc(input_estimate + output)
-        return Ticket(decision.reservation, input_estimate, output, output_granted, headers)
+        return Ticket(
+            decision.reservation, input_estimate, output, output_granted, headers, usd_rate=usd_rate
+        )
+
+    def _budget_gauges(self, decision: Decision) -> None:
+        """`llmgw_budget_used_ratio` of the org's dollar budgets, as this admission saw them."""
+        for state in decision.states:
+            rule = state.rule
+            if rule.level is not Level.ORG or rule.dimension not in USD_DIMENSIONS or rule.limit <= 0:
+                continue
+            child = self._budget_children.get((rule.scope, rule.dimension))
+            if child is None:
+                if len(self._budget_children) >= MAX_BUDGET_ORGS * 3:
+                    continue
+                org = unquote(rule.scope)
+                child = self._budget_children[(rule.scope, rule.dimension)] = (
+                    self._metrics.budget_used.labels(org, _BUDGET_NAME[rule.dimension])
+                )
+            child.set(1.0 - state.remaining / rule.limit)
 
     def refused_early(self, tenant: Tenant) -> RateLimitError | None:
         """The refusal the key's request is sure to get (its request rate), known without the limiter."""
@@ -280,7 +385,10 @@ class Admissions:
                 return big
         retry = max(1, int(decision.retry_after_s + 0.999))
         what = _describe(rule) if rule is not None else "a limit"
-        detail = f" (limit {rule.limit}, remaining {max(0, state.remaining)})" if rule and state else ""
+        fmt = _amount(rule.dimension) if rule is not None else str
+        detail = (
+            f" (limit {fmt(rule.limit)}, remaining {fmt(max(0, state.remaining))})" if rule and state else ""
+        )
         err = RateLimitError(
             f"Rate limit reached for {what}{detail}. Please try again in {retry}s.",
             code="rate_limit_exceeded",
@@ -305,6 +413,9 @@ class Admissions:
             Dimension.TOKENS_DAY: more,
             Dimension.TOKENS_MONTH: more,
         }
+        if ticket.usd_rate:
+            usd = math.ceil(more * ticket.usd_rate)
+            extra[Dimension.USD_DAY] = extra[Dimension.USD_MONTH] = extra[Dimension.USD_TOTAL] = usd
         try:
             ok = await self._limiter.top_up(ticket.reservation, extra)
         except BackendUnavailable:
@@ -316,7 +427,7 @@ class Admissions:
             self._metrics.limit_decisions.labels("all", "output_tokens", "top_up_refused").inc()
         return ok
 
-    def settle(self, ticket: Ticket, input_tokens: int, output_tokens: int) -> None:
+    def settle(self, ticket: Ticket, input_tokens: int, output_tokens: int, usd_micro: int = 0) -> None:
         """Replace the reservation with real usage, in the background: with the Redis backend the next
         admission's script call carries it (a finished request costs no round trip of its own), or it
         goes out within a few milliseconds; the failover limiter retries what Redis could not take."""
@@ -325,7 +436,7 @@ class Admissions:
         ticket.settled = True
         self._active.pop(ticket.reservation.request_id, None)
         self._settled.inc(input_tokens + output_tokens)
-        self._limiter.settle_soon(ticket.reservation, usage_cost(input_tokens, output_tokens))
+        self._limiter.settle_soon(ticket.reservation, usage_cost(input_tokens, output_tokens, usd_micro))
 
     async def renew_forever(self) -> None:
         """Keep the leases of running requests alive (one batched call per round). A round that fails,

@@ -17,6 +17,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from gateway import __version__
+from gateway.budget.admin_api import BudgetsAdmin
 from gateway.config import Policy
 from gateway.config_lora import ADAPTER_SEPARATOR
 from gateway.edge.anthropic_models import anthropic_model, anthropic_models, speaks_anthropic
@@ -116,16 +117,17 @@ def build_api(app: GatewayApp) -> FastAPI:
     )
     api.openapi = lambda: _openapi(api, [m.name for m in app.policy.models])  # type: ignore[method-assign]
     _relay_routes(api, app)
-    api.include_router(
-        build_admin_router(
-            app.parts.store,
-            app.settings.admin_key,
-            set(app.policy.limits.tiers),
-            {m.name for m in app.policy.models},
-            static_keys=app.parts.static_keys,
-            pools={p.name for p in app.policy.pools},
-        )
+    admin = build_admin_router(
+        app.parts.store,
+        app.settings.admin_key,
+        set(app.policy.limits.tiers),
+        {m.name for m in app.policy.models},
+        static_keys=app.parts.static_keys,
+        pools={p.name for p in app.policy.pools},
     )
+    if app.parts.budgets is not None:
+        BudgetsAdmin(app.parts.budgets, lambda: app.spend_store).mount(admin)
+    api.include_router(admin)
     admissions, ids = app.parts.admissions, app.ids
 
     async def charge(tenant: Tenant) -> None:

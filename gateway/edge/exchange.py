@@ -180,7 +180,7 @@ class RequestHeaders:
     """The request headers the relay reads, found in one pass."""
 
     __slots__ = (
-        "request_id", "content_length", "authorization", "api_key", "latency_budget", "risk", "cache",
+        "request_id", "content_length", "authorization", "api_key", "latency_budget", "risk", "cache", "tags",
     )  # fmt: skip
 
     def __init__(self, scope: Scope) -> None:
@@ -191,6 +191,7 @@ class RequestHeaders:
         self.latency_budget: bytes | None = None  # routed aliases: x-llmgw-latency-budget-ms
         self.risk: bytes | None = None  # routed aliases: x-llmgw-risk (comma-separated flags)
         self.cache: bytes | None = None  # x-llmgw-cache: on | off (gateway.relay.response_cache)
+        self.tags: bytes | None = None  # x-llmgw-tags: comma-separated (gateway.budget.labels)
         for name, value in scope["headers"]:
             if name == b"authorization":
                 self.authorization = value
@@ -206,3 +207,5 @@ class RequestHeaders:
                 self.risk = value
             elif name == b"x-llmgw-cache":
                 self.cache = value
+            elif name == b"x-llmgw-tags":
+                self.tags = value

@@ -4,7 +4,8 @@ Prices are USD per million input / output tokens: a pool's `price`, or for a rou
 price (which defaults to the pool's). A request costs its settled usage at that price; a cascade
 costs every call it made, each at its tier's price and counted on that call's pool, failed calls
 and rejected answers included (they were paid for). Pools without a price add nothing (unknown is
-not zero).
+not zero). The cost is computed once, at settlement (gateway.budget.pricing), in micro-dollars: the
+dollar budgets, these counters and the spend ledger get the same figure.
 
 Accepted outputs: every answer delivered with status 200 counts as accepted when it is delivered;
 for a routed cascade that is the answer its scorers accepted. Feedback (`POST /v1/feedback`) can
@@ -29,7 +30,6 @@ from prometheus_client.registry import Collector
 
 from gateway.config import Policy
 from gateway.observability.lean import Counter, CounterChild
-from router.config import Price
 
 
 @dataclass(slots=True)
@@ -88,22 +88,6 @@ class CostMetrics:
             ["pool", "accepted"],
             registry=registry,
         )
-        # The price of each (alias, pool); None = no price configured for it.
-        self.prices: dict[tuple[str, str], Price | None] = {}
-        pool_price = {p.name: p.price for p in policy.pools}
-        for m in policy.models:
-            if m.route.policy is not None:
-                for t in m.route.policy.tiers:
-                    self.prices[(m.name, t.pool)] = t.price or pool_price.get(t.pool)
-            else:  # one pool, or a speculative alias's two
-                for pool in m.route.pools:
-                    self.prices[(m.name, pool)] = pool_price.get(pool)
-        # A LoRA adapter's price overrides its pool's (pools[].lora.adapters[].price).
-        self.adapter_prices: dict[tuple[str, str], Price | None] = {
-            (p.name, a.name): a.price or p.price
-            for p in policy.pools
-            for a in (p.lora.adapters if p.lora is not None else ())
-        }
         self._children: dict[tuple[str, str], _OrgPool] = {}
         self.totals: dict[str, _Totals] = {}
         registry.register(_PerAcceptedCollector(self.totals))

@@ -172,6 +172,13 @@ class Metrics(LearningMetrics):
             ["level", "dimension", "outcome"],
             registry=r,
         )
+        self.budget_used = Gauge(
+            "llmgw_budget_used_ratio",
+            "Share of an org's dollar budget used in its current window (reservations included), as its "
+            "last admission saw it, by org and budget (usd_per_day, usd_per_month, usd_total)",
+            ["org", "budget"],
+            registry=r,
+        )
         self.limit_tokens = Counter(
             "llmgw_ratelimit_tokens",
             "Tokens reserved at admission / top-up and settled to real usage",

@@ -13,10 +13,13 @@ alert unevaluable and a dashboard panel say "No data" instead of 0.
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any
 
 from gateway.config import Policy
-from gateway.edge.exchange import Kind
+from gateway.edge.exchange import Kind, RequestIds
+from gateway.ledger.model import SpendRow
+from gateway.ledger.writer import Ledger
 from gateway.observability.cost import CostMetrics
 from gateway.observability.feedback import Feedback, FeedbackStore
 from gateway.observability.goodput import SloMetrics
@@ -24,9 +27,12 @@ from gateway.observability.metrics import Metrics
 from gateway.observability.request_log import RequestLog
 from gateway.observability.tracing import NoTracing, TraceHooks
 from gateway.record import Observed
+from ratelimit.model import MICRO_USD
 
 if TYPE_CHECKING:
+    from gateway.budget.pricing import Spend
     from gateway.record import RequestRecord
+    from ratelimit.model import Tenant
 
 FEEDBACK_TTL_S = 3600.0
 FEEDBACK_MAX_ENTRIES = 50_000
@@ -49,12 +55,12 @@ class Observer:
                 metrics.retries.labels(pool.name, outcome)
         self._slo = SloMetrics(policy, registry).by_alias
         self.cost = CostMetrics(policy, registry)
-        self._prices = self.cost.prices
-        self._adapter_prices = self.cost.adapter_prices
         self.adapters = metrics.adapters
         self.feedback = Feedback(FeedbackStore(feedback_ttl_s, feedback_max_entries), self.cost, registry)
         self._remember = self.feedback.remember
         self.log = request_log
+        self.ledger: Ledger | None = None  # the spend ledger, set by the app when `ledger.enabled`
+        self._ledger_ids = RequestIds()  # ledger ids of requests whose x-request-id the client chose
         self.tracing: TraceHooks = tracing or NoTracing()
         self._tracer = self.tracing if self.tracing.enabled else None
         # Whether `start` and `begin` do anything (tracing or the request log is on): the relay skips
@@ -84,32 +90,27 @@ class Observer:
         x, answer = req.http, req.answer
         status = x.status
         if answer is not None:
-            usage_in, usage_out, costs = answer.usage_in, answer.usage_out, answer.costs
+            usage_in, usage_out = answer.usage_in, answer.usage_out
         else:
             usage_in = usage_out = 0
-            costs = None
         slo = self._slo.get((model, pool))
         verdict = slo.record(x, answer) if slo is not None else None
         cost: float | None = None
         who = req.who
         tenant = who.tenant if who is not None else None
+        budget = req.budget
+        spend = budget.spend if budget is not None else None
         if tenant is not None:
             org = tenant.org
             self.cost.count(org, pool, status, usage_in, usage_out)
-            if costs is not None:
-                cost = 0.0
-                for call_pool, usd in costs:
-                    self.cost.charge(org, call_pool, usd)
-                    cost += usd
-            elif usage_in or usage_out:
-                price = (
-                    self._prices.get((model, pool))
-                    if adapter is None
-                    else self._adapter_prices.get((pool, adapter))
-                )
-                if price is not None:
-                    cost = price.cost(usage_in, usage_out)
-                    self.cost.charge(org, pool, cost)
+            if spend is not None and spend.parts:
+                # Computed once at settlement (gateway.budget.pricing): the dollar budgets were charged
+                # the same micro-dollars, and the ledger gets them too.
+                for call_pool, micro in spend.parts:
+                    self.cost.charge(org, call_pool, micro / MICRO_USD)
+                cost = spend.micro / MICRO_USD
+            if self.ledger is not None:
+                self._ledger_row(req, tenant, model, pool, adapter, spend, usage_in, usage_out)
             if status == 200:
                 self.cost.accept(org, pool)
                 self._remember(org, x.rid.decode(), pool, answer.outcome if answer is not None else None)
@@ -135,3 +136,42 @@ class Observer:
                 "llmgw.cache": cache.status.decode() if cache is not None else None,
             }
             self.tracing.end_request(obs.span, attrs, status)
+
+    def _ledger_row(
+        self,
+        req: RequestRecord,
+        tenant: Tenant,
+        model: str,
+        pool: str,
+        adapter: str | None,
+        spend: Spend | None,
+        usage_in: int,
+        usage_out: int,
+    ) -> None:
+        """One row of the spend ledger: every finished request of a tenant, refused ones included."""
+        assert self.ledger is not None
+        ask, cache, x = req.ask, req.cache, req.http
+        # The ledger's key is always an id the gateway made: a client's own x-request-id may repeat,
+        # or name another tenant's next id, and the ledger keeps one row per id.
+        rid = x.rid if x.rid != x.headers.request_id else self._ledger_ids.new()
+        self.ledger.record(
+            SpendRow(
+                request_id=rid.decode(),
+                at=time.time(),
+                org=tenant.org,
+                app=tenant.app,
+                key_id=tenant.key_id,
+                tags=ask.tags if ask is not None else (),
+                end_user=ask.end_user if ask is not None else None,
+                alias=ask.alias if ask is not None else model,
+                pool=pool,
+                adapter=adapter,
+                tier=tenant.tier,
+                tokens_in=usage_in,
+                tokens_out=usage_out,
+                tokens_cached=0,
+                cost_micro_usd=spend.micro if spend is not None else 0,
+                status=req.http.status,
+                cache_hit=cache is not None and cache.hit,
+            )
+        )

@@ -15,18 +15,25 @@ import asyncio
 
 from gateway.budget.admission import Admissions, Ticket
 from gateway.budget.estimate import InputEstimates, InputSize
+from gateway.budget.pricing import NOTHING, Pricing, Spend
 from gateway.edge.exchange import RequestIds
 from gateway.observability.tracing import TraceHooks
-from gateway.record import Budget, RequestRecord, Speculation
+from gateway.record import Answer, Budget, RequestRecord, Speculation
 from gateway.relay.response_cache import BYPASS
 from gateway.routing.route import Route
 
 
 class Admit:
     def __init__(
-        self, admissions: Admissions, ids: RequestIds, bytes_per_token: float, trace: TraceHooks
+        self,
+        admissions: Admissions,
+        ids: RequestIds,
+        bytes_per_token: float,
+        trace: TraceHooks,
+        pricing: Pricing,
     ) -> None:
         self._admissions = admissions
+        self._pricing = pricing
         self._ids = ids
         self._estimates = InputEstimates(bytes_per_token)
         self._trace = trace
@@ -35,8 +42,8 @@ class Admit:
         """Reserve for the request, or start a speculative admission: `req.budget`, returned.
         `open_ended`: the client set no max_tokens; `running`: the requests this process is handling
         (gates speculation)."""
-        prep, decided, who = req.prep, req.decided, req.who
-        assert prep is not None and who is not None
+        prep, decided, who, ask = req.prep, req.decided, req.who, req.ask
+        assert prep is not None and who is not None and ask is not None
         calls = decided.calls if decided is not None and decided.plan.cascade else 1
         granted = (prep.max_tokens or 0) * prep.outputs * calls
         admissions = self._admissions
@@ -56,7 +63,11 @@ class Admit:
             estimate = max(self._estimates.of(r.pool.config.name).tokens(prep.size) for r in decided.routes)
             estimate *= calls
         budget = req.budget = Budget(estimate, granted, topup)
-        admission = admissions.admit(lease_id, who.tenant, pool, estimate, granted, topup)
+        # Dollars: the input at the alias's highest price now, the output as it is reserved.
+        pricing = self._pricing
+        usd = (pricing.reserve(ask.alias, estimate, 0), pricing.output_rate(ask.alias))
+        extra = admissions.request_rules(who.tenant, ask.tags, ask.end_user)
+        admission = admissions.admit(lease_id, who.tenant, pool, estimate, granted, topup, usd, extra)
         if (
             decided is None
             and route.pool.config.engine == "vllm"  # no speculative calls to billed APIs
@@ -115,8 +126,13 @@ class Admit:
         pool teaches that pool's input estimate."""
         answer = req.answer
         status = req.http.status
+        budget = req.budget
         if answer is None:  # it ended before its call began
-            self._admissions.settle(ticket, ticket.input_estimate if status == 499 else 0, 0)
+            charged = ticket.input_estimate if status == 499 else 0
+            spend = self._spent(req, None, charged, 0)
+            if budget is not None:
+                budget.spend = spend
+            self._admissions.settle(ticket, charged, 0, spend.micro)
             return
         if not answer.reported:
             # Before doing work it reported, the pool failed (charged nothing) or the client left (the
@@ -127,4 +143,17 @@ class Admit:
             route, prep, decided = answer.route, req.prep, req.decided
             if route is not None and prep is not None and (decided is None or not decided.plan.cascade):
                 self._estimates.of(route.pool.config.name).observe(prep.size, answer.usage_in)
-        self._admissions.settle(ticket, answer.usage_in, answer.usage_out)
+        spend = self._spent(req, answer, answer.usage_in, answer.usage_out)
+        if budget is not None:
+            budget.spend = spend
+        self._admissions.settle(ticket, answer.usage_in, answer.usage_out, spend.micro)
+
+    def _spent(self, req: RequestRecord, answer: Answer | None, used_in: int, used_out: int) -> Spend:
+        """What the request cost, computed once: charged to its dollar budgets here, counted by the
+        observer and written to the ledger from `Budget.spend`."""
+        route = answer.route if answer is not None and answer.route is not None else req.route
+        if route is None:
+            return NOTHING
+        model, pool, adapter = route.served
+        calls = answer.costs if answer is not None else None
+        return self._pricing.spent(model, pool, adapter, used_in, used_out, calls)

@@ -31,6 +31,8 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from gateway.budget.admission import Admissions
+from gateway.budget.labels import end_user_of, tags_of
+from gateway.budget.pricing import Pricing
 from gateway.config import CACHE_POOL, Policy
 from gateway.dialects import Dialect
 from gateway.dialects.exchange import DialectSend
@@ -117,6 +119,7 @@ class RelayParts:
     observer: Observer | None = None
     cache: ResponseCache | None = None
     sealer: Sealer | None = None  # signs what the dialects hand out to come back (None: a key of its own)
+    pricing: Pricing | None = None  # None: the policy's prices
 
 
 class Relay:
@@ -143,7 +146,14 @@ class Relay:
             m.name for m in parts.policy.models if m.route.hosted_tools == "reject"
         )
         self._admissions = parts.admissions
-        self._admit = Admit(parts.admissions, parts.ids, parts.policy.limits.input_bytes_per_token, trace)
+        self._admit = Admit(
+            parts.admissions,
+            parts.ids,
+            parts.policy.limits.input_bytes_per_token,
+            trace,
+            parts.pricing or Pricing(parts.policy),
+        )
+        self._max_tags = parts.policy.limits.max_tags
         answers = AnswerReader(metrics)
         # Input guardrails (gateway/guardrails/): None when the policy sets none, so they cost nothing.
         guards = GuardTable(parts.policy)
@@ -222,7 +232,10 @@ class Relay:
         raw = await read_body(x.headers.content_length, receive, self._max_body, self._max_depth)
         body = self._parsed(req, raw)
         alias, adapter = self._routes.split_adapter(alias_of(body))
-        ask = req.ask = Ask(body, alias, adapter)
+        tags = tags_of(
+            x.headers.tags, body, self._max_tags, self._admissions.known_tags(), principal.tenant.tags
+        )
+        ask = req.ask = Ask(body, alias, adapter, tags, end_user_of(body))
         pools = self._permit(principal, alias)
         if x.reply is not None:
             self._tools_dropped(req, ask, x.reply)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import hmac
 import time
 from collections.abc import Callable, Sequence
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import orjson
 from fastapi import APIRouter, Depends, Request
@@ -33,7 +33,9 @@ from gateway.errors import (
     RateLimitError,
 )
 from gateway.tenancy.keys import DuplicateKeyError, KeyRecord, KeyStore, generate_key, hash_key, new_key_id
-from ratelimit.model import LevelLimits
+from ratelimit.model import TAG_PATTERN, LevelLimits
+
+M = TypeVar("M", bound=BaseModel)
 
 HASH_PREFIX_LEN = 12
 KeyId = Annotated[str, Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
@@ -52,6 +54,9 @@ class CreateKey(BaseModel):
         "empty = the tier's tenancy.tier_pools, else all",
     )
     limits: LevelLimits | None = Field(None, description="overrides of the tier's key-level limits")
+    tags: list[Annotated[str, Field(pattern=TAG_PATTERN)]] | None = Field(
+        None, max_length=64, description="the tags the key's requests may carry; absent: any declared tag"
+    )
     id: KeyId | None = Field(None, description="generated when absent")
 
 
@@ -201,6 +206,7 @@ class _KeysAdmin:
             tier=body.tier,
             models=frozenset(body.models),
             pools=frozenset(body.pools),
+            tags=frozenset(body.tags) if body.tags is not None else None,
             limits=body.limits,
             created_at=self._clock(),
             revoked_at=None,
@@ -243,7 +249,12 @@ def _known(what: str, names: list[str], known: set[str]) -> None:
 
 
 async def _create_body(request: Request) -> CreateKey:
-    # Validated here rather than by FastAPI so that errors name the field in the OpenAI error shape.
+    return await read_model(request, CreateKey)
+
+
+async def read_model(request: Request, model: type[M]) -> M:
+    """The admin API's capped JSON body as `model`. Validated here rather than by FastAPI so that
+    errors name the field in the OpenAI error shape."""
     try:
         data = orjson.loads(await small_body(request))
     except orjson.JSONDecodeError as exc:
@@ -251,7 +262,7 @@ async def _create_body(request: Request) -> CreateKey:
     if not isinstance(data, dict):
         raise InvalidRequestError("the body must be a JSON object")
     try:
-        return CreateKey.model_validate(data)
+        return model.model_validate(data)
     except ValidationError as exc:
         err = exc.errors()[0]
         param = ".".join(str(p) for p in err["loc"]) or None

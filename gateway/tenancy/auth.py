@@ -132,6 +132,9 @@ class Authenticator:
         self._app_limits: dict[tuple[str, str], LevelLimits | None] = {
             (o.name, a.name): a.limits for o in tenancy.orgs for a in o.apps
         }
+        self._end_user_limits: dict[tuple[str, str], LevelLimits | None] = {
+            (o.name, a.name): a.end_user_limits for o in tenancy.orgs for a in o.apps
+        }
         self._static: dict[str, _Outcome] = {r.sha256: self._resolve(r) for r in static_records(tenancy)}
         self._positive: OrderedDict[str, _Entry] = OrderedDict()
         self._negative: OrderedDict[str, _Entry] = OrderedDict()
@@ -162,6 +165,8 @@ class Authenticator:
             key_limits=record.limits,
             app_limits=self._app_limits.get((record.org, record.app)),
             org_limits=self._org_limits.get(record.org),
+            end_user_limits=self._end_user_limits.get((record.org, record.app)),
+            tags=record.tags,
         )
 
     def _priority(self, tier: str) -> Priority:

@@ -95,6 +95,7 @@ class KeyRecord:
     revoked_at: float | None
     source: Source
     pools: frozenset[str] = frozenset()  # pools its requests may be served by; empty = the tier's, else all
+    tags: frozenset[str] | None = None  # tags its requests may carry; None = any declared tag
 
     @property
     def revoked(self) -> bool:
@@ -109,6 +110,7 @@ class KeyRecord:
             "tier": self.tier,
             "models": sorted(self.models),
             "pools": sorted(self.pools),
+            "tags": sorted(self.tags) if self.tags is not None else None,
             # exclude_unset: an override must stay partial, or merging it would reset the tier's limits.
             "limits": self.limits.model_dump(mode="json", exclude_unset=True) if self.limits else None,
             "created_at": self.created_at,
@@ -133,6 +135,7 @@ class KeyRecord:
             tier=str(data["tier"]),
             models=frozenset(str(m) for m in data.get("models", ())),
             pools=frozenset(str(p) for p in data.get("pools", ())),  # absent in records before issue 24
+            tags=frozenset(str(t) for t in data["tags"]) if data.get("tags") is not None else None,
             limits=LevelLimits.model_validate(limits) if limits is not None else None,
             created_at=float(data["created_at"]),
             revoked_at=float(data["revoked_at"]) if data.get("revoked_at") is not None else None,
@@ -158,6 +161,7 @@ def static_records(tenancy: Tenancy) -> tuple[KeyRecord, ...]:
             tier=k.tier,
             models=k.models,
             pools=k.pools,
+            tags=k.tags,
             limits=k.limits,
             created_at=0.0,
             revoked_at=None,

@@ -31,9 +31,12 @@ local function days_from_civil(y, m)
 end
 
 local DAY_MS = 86400000
+local TOTAL_TTL_MS = 400 * DAY_MS  -- a lifetime budget's counter outlives 400 days without a charge only
 
--- (period id, period end ms) of quota kind 'd' (UTC day) or 'M' (UTC month) at time t.
+-- (period id, period end ms) of quota kind 'd' (UTC day) or 'M' (UTC month) at time t; kind 'T' (a
+-- total that never resets) has the one period 'all', end 0.
 local function period(kind, t)
+  if kind == 'T' then return 'all', 0 end
   local days = math.floor(t / DAY_MS)
   if kind == 'd' then return 'd' .. days, (days + 1) * DAY_MS end
   local y, m = civil(days)
@@ -256,7 +259,7 @@ local function situations(lh, bases, kinds, t, cur, n)
     totals[bases[i]] = leased
     if kind == 'm' then
       c.sum, c.newest = window_sum(bases[i] .. ':sw', cur, n)
-    elseif kind == 'd' or kind == 'M' then
+    elseif kind == 'd' or kind == 'M' or kind == 'T' then
       local pid
       pid, c.pend = period(kind, t)
       c.quota = tonumber(redis.call('GET', bases[i] .. ':q:' .. pid)) or 0
@@ -269,6 +272,11 @@ end
 
 local function retry_ms(c, base, limit, cost, t, cur, n, sub_ms)
   if c.kind == 'c' then return 1000 end
+  if c.kind == 'T' then
+    -- Never resets: only a live lease settling below its reservation can make room.
+    local first = earliest_lease(base, t)
+    return first and math.max(1, first - t) or DAY_MS
+  end
   if c.kind ~= 'm' then return math.max(1, c.pend - t) end
   local need, freed = c.used + cost - limit, 0
   local counts = window_counts(base .. ':sw', cur, n)
@@ -286,7 +294,7 @@ local function state(c, limit, charged, t, cur, n, sub_ms)
   local total = c.used + charged
   local remaining = math.max(0, limit - total)
   if c.kind == 'd' or c.kind == 'M' then return remaining, c.pend - t end
-  if c.kind == 'c' or total == 0 then return remaining, 0 end
+  if c.kind == 'c' or c.kind == 'T' or total == 0 then return remaining, 0 end
   -- Only settled usage counts (total > 0): it leaves the window with its newest sub-window.
   local newest = cur
   if c.leased + charged == 0 and c.newest ~= nil then newest = c.newest end
@@ -320,6 +328,11 @@ local function charge(base, kind, used, t, cur, n, sub_ms)
     local pid, pend = period(kind, t)
     local qk = base .. ':q:' .. pid
     if redis.call('INCRBY', qk, used) == used then redis.call('PEXPIREAT', qk, pend + DAY_MS) end
+  elseif used > 0 and kind == 'T' then
+    -- A total is kept while it is used: bounded by a TTL like every other key, renewed on each charge.
+    local qk = base .. ':q:all'
+    redis.call('INCRBY', qk, used)
+    redis.call('PEXPIRE', qk, TOTAL_TTL_MS)
   end
 end
 

@@ -33,6 +33,7 @@ LAYERS: list[tuple[str, ...]] = [
         "gateway.settings",
         "gateway.sse",
         "gateway.redis_conn",
+        "gateway.ledger",
     ),
     (
         "gateway.edge.exchange",

@@ -7,6 +7,7 @@ import asyncio
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
+from gateway.budget.pricing import Pricing
 from gateway.config import parse_policy
 from gateway.edge.exchange import Exchange, Kind, RequestHeaders
 from gateway.errors import ConflictError, NotFoundError
@@ -14,7 +15,7 @@ from gateway.observability.feedback import FeedbackRequest, FeedbackStore
 from gateway.observability.goodput import SloTargets, judge
 from gateway.observability.metrics import Metrics
 from gateway.observability.observer import Observer
-from gateway.record import Answer, RequestRecord
+from gateway.record import Answer, Budget, RequestRecord
 from gateway.tenancy.auth import Principal
 from ratelimit.model import Tenant
 from tests.support.prom import metric
@@ -72,9 +73,15 @@ def _finish(
     streamed: bool,
     e2e: float,
     req: RequestRecord,
+    pricing: Pricing | None = None,
 ) -> None:
-    """End `req` as the relay does: its outcome on the exchange, then `Observer.finish` with the labels
-    it was served under."""
+    """End `req` as the relay does: its outcome on the exchange, its cost as settlement computes it
+    (`Budget.spend`, at the policy's prices), then `Observer.finish` with the labels it was served under."""
+    answer = req.answer
+    if answer is not None:
+        budget = req.budget = Budget(0, 0, False)
+        p = pricing or Pricing(parse_policy(POLICY, "t"))
+        budget.spend = p.spent(model, pool, None, answer.usage_in, answer.usage_out, answer.costs)
     x = req.http
     x.rid, x.endpoint = rid, Kind(endpoint)
     x.status, x.stream, x.e2e = status, streamed, e2e
@@ -198,7 +205,19 @@ models:
     assert (price.input_per_mtok, price.output_per_mtok) == pytest.approx((0.2, 2.0))
     metrics = Metrics(policy)
     obs = Observer(policy, metrics)
-    _finish(obs, b"g", "chat", "chat", "gpu", _t("acme"), 200, False, 0.1, _ex(1_000_000, 1_000_000))
+    _finish(
+        obs,
+        b"g",
+        "chat",
+        "chat",
+        "gpu",
+        _t("acme"),
+        200,
+        False,
+        0.1,
+        _ex(1_000_000, 1_000_000),
+        Pricing(policy),
+    )
     text = generate_latest(metrics.registry).decode()
     assert metric(text, "llmgw_cost_usd_total", 'org="acme",pool="gpu"') == pytest.approx(2.2)
 

@@ -17,6 +17,19 @@ from ratelimit.rules import request_cost, usage_cost
 _ids = itertools.count()
 
 
+def _usd(inp: int, out: int) -> int:
+    """A price for the dollar dimensions (micro-dollars): 7 per input token, 11 per output token."""
+    return 7 * inp + 11 * out
+
+
+def _cost(inp: int, out: int) -> dict[Dimension, int]:
+    return request_cost(inp, out, _usd(inp, out))
+
+
+def _used(inp: int, out: int) -> dict[Dimension, int]:
+    return usage_cost(inp, out, _usd(inp, out))
+
+
 def rule(
     dim: Dimension,
     limit: int,
@@ -31,7 +44,7 @@ def rule(
 def admission(
     rules: tuple[Rule, ...], inp: int = 0, out: int = 0, priority: Priority = "standard"
 ) -> Admission:
-    return Admission(f"req-{next(_ids)}", rules, request_cost(inp, out), priority)
+    return Admission(f"req-{next(_ids)}", rules, _cost(inp, out), priority)
 
 
 async def admit_ok(limiter: Limiter, adm: Admission) -> Reservation:
@@ -75,14 +88,14 @@ async def test_all_or_nothing_across_levels(harness: Harness) -> None:
 @pytest.mark.parametrize("dim", [d for d in Dimension])
 async def test_each_dimension_limits_and_settles(harness: Harness, dim: Dimension) -> None:
     lim = await harness.make()
-    cost = request_cost(30, 20)[dim]
+    cost = _cost(30, 20)[dim]
     r = rule(dim, 3 * cost + cost // 2)
     held = [await admit_ok(lim, admission((r,), 30, 20)) for _ in range(3)]
     refused = await lim.admit(admission((r,), 30, 20))
     assert not refused.allowed
     assert refused.refused_by == r
     assert refused.retry_after_s > 0
-    await lim.settle(held[0], usage_cost(30, 20))
+    await lim.settle(held[0], _used(30, 20))
     again = await lim.admit(admission((r,), 30, 20))
     # Settling frees a concurrency slot; for every other dimension the usage stays counted.
     assert again.allowed == (dim is Dimension.CONCURRENT)
@@ -100,7 +113,7 @@ async def test_settlement_replaces_reservation_by_real_usage(harness: Harness) -
     settled_total, settled_out = 0, 0
     for i, res in enumerate(held):
         inp, out = rng.randint(0, 200), rng.randint(0, 800)
-        await lim.settle(res, usage_cost(inp, out))
+        await lim.settle(res, _used(inp, out))
         settled_total += inp + out
         settled_out += out
         live = len(held) - i - 1
@@ -113,9 +126,9 @@ async def test_settlement_replaces_reservation_by_real_usage(harness: Harness) -
 async def test_sliding_window_slides_by_sub_window(harness: Harness) -> None:
     lim = await harness.make(sub_window_s=0.2)  # 12 x 0.2 s: a 2.4 s window
     r = rule(Dimension.TOKENS, 100)
-    await lim.settle(await admit_ok(lim, admission((r,), 60)), usage_cost(60, 0))
+    await lim.settle(await admit_ok(lim, admission((r,), 60)), _used(60, 0))
     await harness.advance(1.2)
-    await lim.settle(await admit_ok(lim, admission((r,), 40)), usage_cost(40, 0))
+    await lim.settle(await admit_ok(lim, admission((r,), 40)), _used(40, 0))
     refused = await lim.admit(admission((r,), 1))
     assert not refused.allowed
     # The first 60 leave the window first: at most one window after they were counted.
@@ -138,7 +151,7 @@ async def test_top_up_is_all_or_nothing(harness: Harness) -> None:
     assert res.reserved[Dimension.OUTPUT_TOKENS] == 200
     assert await remaining(lim, rules) == {key_out: 800, org_tokens: 50}  # the key grew nothing either
     assert await lim.top_up(res, {Dimension.OUTPUT_TOKENS: 50, Dimension.TOKENS: 50})
-    await lim.settle(res, usage_cost(50, 230))
+    await lim.settle(res, _used(50, 230))
     assert await remaining(lim, rules) == {key_out: 770, org_tokens: 20}
 
 
@@ -157,7 +170,7 @@ async def test_concurrency_slot_released_on_settle_and_on_lease_expiry(harness: 
     await admit_ok(lim, admission((slots,), 10))
     refused = await lim.admit(admission((slots,), 10))
     assert not refused.allowed and refused.retry_after_s > 0
-    await lim.settle(a, usage_cost(10, 5))
+    await lim.settle(a, _used(10, 5))
     await admit_ok(lim, admission((slots,), 10))
     assert not (await lim.admit(admission((slots,), 10))).allowed
     await harness.advance(1.3)  # both holders "died" without settling
@@ -172,9 +185,9 @@ async def test_unsettled_reservation_stops_counting_after_its_lease(harness: Har
     await harness.advance(1.3)
     alive = await admit_ok(lim, admission((r,), 30))
     # A late settle of the expired lease charges nothing: the lease already stopped counting.
-    await lim.settle(dead, usage_cost(80, 0))
+    await lim.settle(dead, _used(80, 0))
     assert (await remaining(lim, (r,)))[r] == 70
-    await lim.settle(alive, usage_cost(30, 0))
+    await lim.settle(alive, _used(30, 0))
     assert (await remaining(lim, (r,)))[r] == 70
 
 
@@ -252,7 +265,7 @@ async def test_remaining_and_reset_values(harness: Harness) -> None:
 async def test_retry_after_of_a_full_minute_window(harness: Harness) -> None:
     lim = await harness.make()
     r = rule(Dimension.TOKENS, 100)
-    await lim.settle(await admit_ok(lim, admission((r,), 100)), usage_cost(100, 0))
+    await lim.settle(await admit_ok(lim, admission((r,), 100)), _used(100, 0))
     refused = await lim.admit(admission((r,), 1))
     assert not refused.allowed
     # The usage sits in the current sub-window: it leaves 55-60 s from now.
@@ -296,7 +309,7 @@ async def test_settle_many_settles_each_reservation_once(harness: Harness) -> No
     rules = (tokens, slots)
     held = [await admit_ok(lim, admission(rules, 100, 900)) for _ in range(3)]
     assert not (await lim.admit(admission(rules, 1, 1))).allowed  # all three slots taken
-    usages = [usage_cost(10, 20), usage_cost(30, 40), usage_cost(0, 0)]
+    usages = [_used(10, 20), _used(30, 40), _used(0, 0)]
     await lim.settle_many(list(zip(held, usages, strict=True)))
     left = await remaining(lim, rules)
     assert left[tokens] == 10_000 - 100
@@ -313,13 +326,13 @@ async def test_settle_soon_applies_before_the_next_admission(harness: Harness) -
     slot = rule(Dimension.CONCURRENT, 1, Level.ORG, "acme")
     rules = (tokens, slot)
     held = await admit_ok(lim, admission(rules, 100, 800))
-    lim.settle_soon(held, usage_cost(30, 20))
+    lim.settle_soon(held, _used(30, 20))
     # The slot is free and only the real usage (50) counts: 950 fit, at once.
     nxt = await lim.admit(admission(rules, 450, 500))
     assert nxt.allowed, nxt
     assert state_of(nxt, tokens)[0] == 0
     assert nxt.reservation is not None
-    lim.settle_soon(nxt.reservation, usage_cost(450, 500))
+    lim.settle_soon(nxt.reservation, _used(450, 500))
     await lim.flush()
     left = await remaining(lim, rules)
     assert left == {tokens: 0, slot: 1}
@@ -333,9 +346,7 @@ async def test_settle_soon_goes_out_on_its_own_without_admissions(harness: Harne
     slots = rule(Dimension.CONCURRENT, 3, Level.ORG, "acme")
     rules = (tokens, slots)
     held = [await admit_ok(lim, admission(rules, 100, 900)) for _ in range(3)]
-    for reservation, used in zip(
-        held, [usage_cost(10, 20), usage_cost(30, 40), usage_cost(0, 0)], strict=True
-    ):
+    for reservation, used in zip(held, [_used(10, 20), _used(30, 40), _used(0, 0)], strict=True):
         lim.settle_soon(reservation, used)
     other = await harness.make()  # another replica sees them without this one admitting again
     for _ in range(100):

@@ -42,7 +42,7 @@ class RecordingRedis:
 
 
 def all_level_rules(scope: str) -> tuple[Rule, ...]:
-    levels = [Level.KEY, Level.APP, Level.ORG, Level.GLOBAL, Level.POOL]
+    levels = list(Level)
     return tuple(Rule(level, scope, dim, 1000) for level in levels for dim in Dimension)
 
 
