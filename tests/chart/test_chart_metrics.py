@@ -2,8 +2,9 @@
 
 A real gateway runs the production scenario's rendered policy (endpoints pointed at simulator
 replicas serving the same model names, plus one pool with no replica at all), real Redis behind the
-limiter, and serves a few requests; its /metrics and the simulators' /metrics (vLLM's names) are the
-ground truth, together with shared/reference/vllm.md for vLLM's names.
+limiter, the spend ledger on (`postgresql.mode: external`: a real PostgreSQL, its URL read from a file
+as the chart mounts it), and serves a few requests; its /metrics and the simulators' /metrics (vLLM's
+names) are the ground truth, together with shared/reference/vllm.md for vLLM's names.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from tests.support.chart import (
     of_kind,
     policy_text,
 )
+from tests.support.postgres import PG_BIN, PostgresServer
 from tests.support.procs import free_port
 from tests.support.redis_server import REDIS_SERVER
 from tests.support.stack import Stack
@@ -121,10 +123,15 @@ class Live:
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     if REDIS_SERVER is None or shutil.which("redis-server") is None:
         pytest.fail("redis-server is missing: apt-get install -y redis-server (.ci/run installs it)")
+    if PG_BIN is None:
+        pytest.fail("PostgreSQL is missing: apt-get install -y postgresql (.ci/run installs it)")
     tmp = tmp_path_factory.mktemp("live")
-    r = helm_template(scenario="production")
+    # The spend ledger on: its series are among those the alerts and dashboards query.
+    ledger = {"postgresql": {"mode": "external", "external": {"existingSecret": "llm-gateway-db"}}}
+    r = helm_template(ledger, scenario="production", tmp=tmp)
     assert r.ok, r.stderr
     policy = yaml.safe_load(policy_text(r.docs))
+    assert policy["ledger"] == {"enabled": True}
     served = {p["name"]: p["model"] for p in policy["pools"]}
     ports = {name: free_port() for name in served}
     for pool in policy["pools"]:
@@ -137,7 +144,10 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     policy["tenancy"]["auth"] = "disabled"
     config = tmp / "config.yaml"
     config.write_text(yaml.safe_dump(policy))
-    with Stack(tmp) as s:
+    with PostgresServer(tmp / "pg") as pg, Stack(tmp) as s:
+        # The chart's way: the URL in a file (a mounted Secret key, LLMGW_DATABASE_URL_FILE).
+        url_file = tmp / "database-url"
+        url_file.write_text(pg.create_database("ledger") + "\n")
         redis = s.redis()
         for p in ("small", "large"):
             s.sim(
@@ -146,7 +156,12 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
         s.ready()
         gw_port = free_port()
         # The chart's way: the policy and port from the environment (LLMGW_CONFIG, LLMGW_PORT).
-        env = {"LLMGW_REDIS_URL": redis.url, "LLMGW_PORT": str(gw_port), "LLMGW_CONFIG": str(config)}
+        env = {
+            "LLMGW_REDIS_URL": redis.url,
+            "LLMGW_PORT": str(gw_port),
+            "LLMGW_CONFIG": str(config),
+            "LLMGW_DATABASE_URL_FILE": str(url_file),
+        }
         s.spawn(["serve"], "/readyz", name="gateway", port=gw_port, env={"LLMGW_DRAIN_DELAY_S": "0", **env})
         url = f"http://127.0.0.1:{gw_port}"
         aliases = [m["name"] for m in policy["models"]]

@@ -339,6 +339,16 @@ def _queries() -> list[tuple[str, str]]:
 _WHILE_IT_LASTS = re.compile(r"llmgw_pool_tenant_(?:due_)?share(?:\{[^}]*\})?")
 
 
+# Series exported only where the spend ledger (PostgreSQL, policy `ledger`) runs or an org has a dollar
+# budget, neither of which this run configures (issue 43). A query over them may come back empty only
+# while Prometheus holds no series of that name at all: once the run produces them, it must answer.
+_ONLY_WITH_LEDGER_OR_BUDGETS = re.compile(r"\bllmgw_(?:ledger_[a-z_]+|budget_used_ratio)\b")
+
+
+def _never_produced(expr: str, prom: Prom) -> bool:
+    return any(not prom.query(name) for name in set(_ONLY_WITH_LEDGER_OR_BUDGETS.findall(expr)))
+
+
 def _runnable(expr: str) -> str:
     expr = _WHILE_IT_LASTS.sub(lambda m: f"last_over_time({m.group(0)}[10m])", expr)
     expr = expr.replace("$__rate_interval", RATE).replace('=~"$namespace"', '=~".*"')
@@ -353,5 +363,9 @@ def test_every_dashboard_query_and_alert_expression_returns_series(obs: ObsStack
     wait_until(lambda: obs.prom.query("llmgw_requests_total offset 15s"), "15 s of history", **SCRAPES)
     # A query on a metric nobody exports must come back empty, or this check proves nothing.
     assert obs.prom.query(_runnable("sum(rate(llmgw_not_exported_total[$__rate_interval])) > 1")) == []
-    empty = [(where, expr) for where, expr in queries if not obs.prom.query(_runnable(expr))]
+    empty = [
+        (where, expr)
+        for where, expr in queries
+        if not obs.prom.query(_runnable(expr)) and not _never_produced(expr, obs.prom)
+    ]
     assert not empty, "queries with no series:\n" + "\n".join(f"{w}: {e}" for w, e in empty)

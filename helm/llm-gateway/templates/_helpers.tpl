@@ -345,6 +345,87 @@ credentials and TLS files, and in Sentinel mode the group's names. Call with (di
 {{- end }}
 {{- end -}}
 
+{{/*
+PostgreSQL and the spend ledger (templates/postgresql.yaml, templates/ledger-migrate-job.yaml, the
+gateway's env and mounts).
+*/}}
+{{- define "llm-gateway.postgresqlName" -}}
+{{- printf "%s-postgresql" (include "llm-gateway.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "llm-gateway.ledgerMigrateName" -}}
+{{- printf "%s-ledger-migrate" (include "llm-gateway.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* The ledger is on: `ledger.enabled`, or (null) a database is configured. Non-empty when true. */}}
+{{- define "llm-gateway.ledgerEnabled" -}}
+{{- $on := .Values.ledger.enabled -}}
+{{- if kindIs "invalid" $on -}}
+{{- $on = ne .Values.postgresql.mode "none" -}}
+{{- end -}}
+{{- if $on -}}true{{- end -}}
+{{- end -}}
+
+{{/* Render-time checks of `postgresql` and `ledger` that values.schema.json cannot express. */}}
+{{- define "llm-gateway.ledgerChecks" -}}
+{{- $pg := .Values.postgresql -}}
+{{- $m := .Values.ledger.migration -}}
+{{- if and (eq $pg.mode "external") (not $pg.external.existingSecret) -}}
+{{- fail "postgresql.mode is external: set postgresql.external.existingSecret (an existing Secret holding the database URL under postgresql.external.key)" -}}
+{{- end -}}
+{{- if and (ne $pg.mode "external") $pg.external.existingSecret -}}
+{{- fail (printf "postgresql.external.existingSecret is set but postgresql.mode is %s: set postgresql.mode external, or remove it" $pg.mode) -}}
+{{- end -}}
+{{- if and (eq $pg.mode "none") (eq (toString .Values.ledger.enabled) "true") -}}
+{{- fail "ledger.enabled needs a database: set postgresql.mode to internal (the chart runs PostgreSQL) or external (postgresql.external.existingSecret)" -}}
+{{- end -}}
+{{- if and (include "llm-gateway.ledgerEnabled" .) (le (int $m.activeDeadlineSeconds) (int $m.waitSeconds)) -}}
+{{- fail (printf "ledger.migration.activeDeadlineSeconds (%d) must exceed ledger.migration.waitSeconds (%d): the Job would be killed while llmgw db migrate still waits for the database" (int $m.activeDeadlineSeconds) (int $m.waitSeconds)) -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The policy's `ledger` block: `enabled: true` and each setting of `ledger` that is not null, under the
+policy's names. Empty when the ledger is off.
+*/}}
+{{- define "llm-gateway.ledgerPolicy" -}}
+{{- if include "llm-gateway.ledgerEnabled" . -}}
+{{- $l := .Values.ledger -}}
+{{- $out := dict "enabled" true -}}
+{{- range $value, $key := dict "retentionDays" "retention_days" "batchRows" "batch_rows" "flushMs" "flush_ms" "memoryRows" "memory_rows" "spoolMaxRows" "spool_max_rows" -}}
+{{- $v := index $l $value -}}
+{{- if not (kindIs "invalid" $v) -}}
+{{- $_ := set $out $key (int64 $v) -}}
+{{- end -}}
+{{- end -}}
+{{- if not (kindIs "invalid" $l.migrateOnStart) -}}
+{{- $_ := set $out "migrate_on_start" $l.migrateOnStart -}}
+{{- end -}}
+{{- toYaml $out -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+The database URL as the gateway and the migration Job read it: a file from a Secret, never an
+environment value. A YAML map with `env`, `mounts` and `volumes` (empty lists with postgresql.mode none).
+*/}}
+{{- define "llm-gateway.databaseUrlFile" -}}
+{{- $pg := .Values.postgresql -}}
+{{- $env := list -}}
+{{- $mounts := list -}}
+{{- $volumes := list -}}
+{{- if ne $pg.mode "none" -}}
+{{- $secret := dict "secretName" (include "llm-gateway.postgresqlName" .) "key" "database-url" -}}
+{{- if eq $pg.mode "external" -}}
+{{- $secret = dict "secretName" $pg.external.existingSecret "key" $pg.external.key -}}
+{{- end -}}
+{{- $env = append $env (dict "name" "LLMGW_DATABASE_URL_FILE" "value" "/etc/llmgw-postgresql/url") -}}
+{{- $mounts = append $mounts (dict "name" "database-url" "mountPath" "/etc/llmgw-postgresql" "readOnly" true) -}}
+{{- $volumes = append $volumes (dict "name" "database-url" "secret" (dict "secretName" $secret.secretName "defaultMode" 288 "items" (list (dict "key" $secret.key "path" "url")))) -}}
+{{- end -}}
+{{- toYaml (dict "env" $env "mounts" $mounts "volumes" $volumes) -}}
+{{- end -}}
+
 {{/* Resource name of a pool: call with (dict "ctx" $ "pool" $pool). */}}
 {{- define "llm-gateway.poolName" -}}
 {{- printf "%s-pool-%s" (include "llm-gateway.fullname" .ctx) .pool.name | trunc 63 | trimSuffix "-" -}}
@@ -498,7 +579,8 @@ of a repeated one); omitted with runtimeLoading unless preload. Call with (dict 
 
 {{/*
 The gateway policy: in-chart pools (DNS discovery of each pool's headless Service) first, then
-config.pools, then the rest of `config`; plus the test key when the chart creates one.
+config.pools, then the rest of `config`; plus the test key when the chart creates one, and the
+`ledger` block when the ledger is on.
 */}}
 {{- define "llm-gateway.policy" -}}
 {{- $pools := list -}}
@@ -533,6 +615,9 @@ search list on every re-resolve. */ -}}
 {{- $cache := default dict $policy.cache -}}
 {{- if and (eq .Values.redis.mode "none") (or (eq (toString $limits.backend) "redis") (eq (toString $tenancy.store) "redis") (eq (toString $cache.backend) "redis")) -}}
 {{- fail "redis.mode is none but config.limits.backend, config.tenancy.store or config.cache.backend is redis: set them to memory, or give the chart a Redis" -}}
+{{- end -}}
+{{- with include "llm-gateway.ledgerPolicy" . -}}
+{{- $_ := set $policy "ledger" (fromYaml .) -}}
 {{- end -}}
 {{- toYaml $policy -}}
 {{- end -}}
