@@ -21,6 +21,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
+from gateway.budget.pricing import Pricing
 from gateway.config import ConfigError, Policy
 from gateway.dialects.exchange import DialectSend
 from gateway.dialects.messages import MessagesDialect
@@ -156,6 +157,7 @@ class GatewayApp:
                 observer=self.observer,
                 cache=self.cache,
                 sealer=self.sealer,
+                pricing=self._pricing(),
             )
         )
         self.runtime = _Runtime(relay, parts.metrics)
@@ -191,6 +193,15 @@ class GatewayApp:
                 await calibration.close()
             await upstream.close()
             await self._close()
+
+    def _pricing(self) -> Pricing:
+        """The policy's prices; a hosted pool without one is priced from LiteLLM's bundled cost map (which
+        only a gateway with hosted pools loads: LiteLLM takes seconds to import)."""
+        if any(p.engine == "litellm" for p in self.policy.pools):
+            from gateway.upstream.hosted import bundled_price
+
+            return Pricing(self.policy, bundled_price)
+        return Pricing(self.policy)
 
     def _has_room(self) -> bool:
         return self.room is not None and self.room.room

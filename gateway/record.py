@@ -161,13 +161,14 @@ class Answer:
     routed alias that learns adds its outcome record."""
 
     __slots__ = (
-        "route", "usage_in", "usage_out", "reported", "fault", "broken", "costs", "capture", "ttft",
-        "tpot", "outcome",
+        "route", "usage_in", "usage_out", "usage_cached", "reported", "fault", "broken", "costs", "capture",
+        "ttft", "tpot", "outcome",
     )  # fmt: skip
 
     route: Route | None  # the tier that answered (a cascade's may be a later one); None: the cache
     usage_in: int
     usage_out: int
+    usage_cached: int  # of usage_in, served from the engine's prefix cache (priced at its cached rate)
     reported: bool  # usage came from the pool (else it is the gateway's own count)
     fault: str | None  # what was wrong with the pool's usage (gateway.budget.usage)
     broken: bool  # the pool broke the stream off after it started
@@ -185,6 +186,7 @@ class Answer:
         self.route = route
         self.usage_in = 0
         self.usage_out = 0
+        self.usage_cached = 0
         self.reported = False
         self.fault = None
         self.broken = False

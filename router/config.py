@@ -34,6 +34,13 @@ class Price(_Frozen):
     # Finite: an infinite price would make every cost inf and the cost guard's share NaN.
     input_per_mtok: float = Field(ge=0, allow_inf_nan=False)
     output_per_mtok: float = Field(ge=0, allow_inf_nan=False)
+    cached_input_per_mtok: float | None = Field(
+        None,
+        ge=0,
+        allow_inf_nan=False,
+        description="input tokens the engine served from its prefix cache (vLLM's "
+        "`prompt_tokens_details.cached_tokens`); unset: priced as input",
+    )
 
     def cost(self, input_tokens: int, output_tokens: int) -> float:
         return (input_tokens * self.input_per_mtok + output_tokens * self.output_per_mtok) / 1e6

@@ -15,6 +15,7 @@ which then count nothing; a dollar budget cannot limit what has no price, and co
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from gateway.config import Policy
@@ -32,13 +33,24 @@ class Spend:
 NOTHING = Spend(0, ())
 
 
-def micro(price: Price, input_tokens: int, output_tokens: int) -> int:
-    return round(input_tokens * price.input_per_mtok + output_tokens * price.output_per_mtok)
+def micro(price: Price, input_tokens: int, output_tokens: int, cached: int = 0) -> int:
+    """Micro-dollars of a usage; `cached` of the input tokens at the cached-input price, if any."""
+    cost = input_tokens * price.input_per_mtok + output_tokens * price.output_per_mtok
+    if cached and price.cached_input_per_mtok is not None:
+        cost -= cached * (price.input_per_mtok - price.cached_input_per_mtok)
+    return round(cost)
 
 
 class Pricing:
-    def __init__(self, policy: Policy) -> None:
-        pool_price = {p.name: p.price for p in policy.pools}
+    def __init__(self, policy: Policy, hosted: Callable[[str], Price | None] | None = None) -> None:
+        """`hosted`: the price of a hosted model the policy gives none (`engine: litellm` pools:
+        LiteLLM's bundled cost map, gateway.upstream.hosted.bundled_price)."""
+        pool_price = {
+            p.name: p.price
+            if p.price is not None or hosted is None or p.engine != "litellm"
+            else hosted(p.model)
+            for p in policy.pools
+        }
         # The price of each (alias, pool); None = no price configured for it.
         self.prices: dict[tuple[str, str], Price | None] = {}
         for m in policy.models:
@@ -84,6 +96,7 @@ class Pricing:
         input_tokens: int,
         output_tokens: int,
         calls: list[tuple[str, float]] | None = None,
+        cached: int = 0,
     ) -> Spend:
         """The cost of what a request used: a cascade's priced calls (`calls`, USD each), else its
         usage at the price of the tier (or adapter) that served it."""
@@ -97,5 +110,5 @@ class Pricing:
         )
         if price is None:
             return NOTHING
-        m = micro(price, input_tokens, output_tokens)
+        m = micro(price, input_tokens, output_tokens, cached)
         return Spend(m, ((pool, m),))

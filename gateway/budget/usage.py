@@ -42,6 +42,14 @@ def _field(v: Any, reserved: int, bound: int) -> tuple[int, str | None]:
     return v, None
 
 
+def cached_of(usage: Any, input_tokens: int) -> int:
+    """The prompt tokens a pool says it served from its prefix cache (vLLM's
+    `prompt_tokens_details.cached_tokens`), bounded by the input charged; 0 when absent or not sane."""
+    details = usage.get("prompt_tokens_details") if isinstance(usage, dict) else None
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    return cached if type(cached) is int and 0 <= cached <= input_tokens else 0
+
+
 def checked(usage: Any, reserved_in: int, granted_out: int) -> tuple[int, int, str | None]:
     """(input tokens, output tokens, the fault or None) to charge for a pool's reported `usage`."""
     if not isinstance(usage, dict):

@@ -169,7 +169,7 @@ class Observer:
                 tier=tenant.tier,
                 tokens_in=usage_in,
                 tokens_out=usage_out,
-                tokens_cached=0,
+                tokens_cached=req.answer.usage_cached if req.answer is not None else 0,
                 cost_micro_usd=spend.micro if spend is not None else 0,
                 status=req.http.status,
                 cache_hit=cache is not None and cache.hit,

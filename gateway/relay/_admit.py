@@ -156,4 +156,5 @@ class Admit:
             return NOTHING
         model, pool, adapter = route.served
         calls = answer.costs if answer is not None else None
-        return self._pricing.spent(model, pool, adapter, used_in, used_out, calls)
+        cached = min(answer.usage_cached, used_in) if answer is not None else 0
+        return self._pricing.spent(model, pool, adapter, used_in, used_out, calls, cached)

@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 
-from gateway.budget.usage import UsageFaults, checked
+from gateway.budget.usage import UsageFaults, cached_of, checked
 from gateway.errors import UpstreamError
 from gateway.observability.metrics import Metrics
 from gateway.record import Answer, Budget
@@ -38,6 +38,7 @@ class AnswerReader:
         usage = parsed.get("usage")
         answer.usage_in, answer.usage_out, fault = checked(usage, budget.reserved_in, budget.granted_out)
         answer.fault, answer.reported = fault, True
+        answer.usage_cached = cached_of(usage, answer.usage_in)
         if fault is not None:
             self._faults.count(pool, fault, usage)
         return parsed

@@ -24,7 +24,7 @@ from typing import Any
 import orjson
 
 from gateway.budget.admission import Admissions, Ticket
-from gateway.budget.usage import UsageFaults, checked
+from gateway.budget.usage import UsageFaults, cached_of, checked
 from gateway.edge.exchange import SSE_HEADERS, Kind, Message, Send
 from gateway.errors import TransportError, UpstreamError, UpstreamUnavailableError
 from gateway.guardrails.conformance import StreamCheck
@@ -222,6 +222,7 @@ class StreamCall:
                 # the output topped up so far included.
                 usage_out = max(splitter.events, ticket.output_reserved if ticket else budget.granted_out)
             answer.usage_in, answer.usage_out, answer.fault = usage_in, usage_out, fault
+            answer.usage_cached = cached_of(usage, usage_in)
             answer.reported = True
             if fault is not None:
                 self._faults.count(route.pool.config.name, fault, usage)

@@ -30,6 +30,7 @@ import orjson
 from gateway.config import Pool
 from gateway.errors import TransportTimeout
 from gateway.upstream.transport import HOSTED_SCHEME, Request
+from router.config import Price
 
 __all__ = ["LiteLLMTransport"]
 
@@ -145,6 +146,28 @@ async def _aclose(chunks: Any) -> None:
         await chunks.aclose()
     except Exception:  # noqa: BLE001 - best effort: the stream is abandoned either way
         pass
+
+
+def bundled_price(model: str) -> Price | None:
+    """The price of a hosted `model` (`openai/gpt-4o-mini`) in LiteLLM's bundled cost map (offline), for a
+    hosted pool the policy gives no `price`; None when LiteLLM is not installed or does not know it."""
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # never fetch the price map
+    try:
+        import litellm
+
+        info = litellm.get_model_info(model)
+    except Exception:  # noqa: BLE001 - not installed, or a model it does not know: no price
+        return None
+    inp, out = info.get("input_cost_per_token"), info.get("output_cost_per_token")
+    if not isinstance(inp, int | float) or not isinstance(out, int | float):
+        return None
+    cached = info.get("cache_read_input_token_cost")
+    # USD per token x 10^6 = USD per million tokens (the policy's unit).
+    return Price(
+        input_per_mtok=inp * 1e6,
+        output_per_mtok=out * 1e6,
+        cached_input_per_mtok=cached * 1e6 if isinstance(cached, int | float) else None,
+    )
 
 
 class LiteLLMTransport:

@@ -56,6 +56,7 @@ class Options:
     # before/after in one run, on one machine state).
     before: Path | None = None
     guardrails: bool = False  # the measured gateway runs every input guardrail (the before side none)
+    budgets: bool = False  # the measured gateway charges dollar budgets and writes the ledger (before: no)
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,6 +39,7 @@ from eval.bench.procs import (
     spawned,
 )
 from gateway.tenancy.keys import generate_key, hash_key
+from tests.support.postgres import PostgresServer
 
 
 def _git(*args: str, cwd: Path = ROOT) -> str:
@@ -94,13 +95,21 @@ def _start(
     else:
         up_args = [sys.executable, "-m", "eval.bench.overhead", "--serve-static", str(up_port)]
     policy = work / "policy.yaml"
-    write_policy(policy, up_port, guardrails=opts.guardrails)
+    write_policy(policy, up_port, guardrails=opts.guardrails, budgets=opts.budgets)
+    gw_env = {"LLMGW_LOG_LEVEL": "warning"}
+    if opts.budgets:
+        # The ledger's PostgreSQL, on the load core with the upstream and the client.
+        pg = stack.enter_context(PostgresServer(work))
+        if opts.load_cpu is not None and pg.proc is not None:
+            os.sched_setaffinity(pg.proc.pid, {opts.load_cpu})  # its backends, forked later, inherit it
+        gw_env["LLMGW_DATABASE_URL"] = pg.create_database("bench")
+        progress(f"PostgreSQL for the ledger on :{pg.port}")
     progress(f"starting {opts.upstream} upstream on :{up_port} and the spine gateway on :{gw_port}")
     up_ready = f"http://127.0.0.1:{up_port}/health"
     up = stack.enter_context(spawned(up_args, opts.load_cpu, up_ready, work / "upstream.log"))
     quiet = {"LLMGW_LOG_LEVEL": "warning"}
     gw = stack.enter_context(
-        spawned(_serve(policy, gw_port), opts.gateway_cpu, _healthz(gw_port), work / "gateway.log", quiet)
+        spawned(_serve(policy, gw_port), opts.gateway_cpu, _healthz(gw_port), work / "gateway.log", gw_env)
     )
     direct = Side("direct", up_port, up.pid)
     main = Side("gateway", gw_port, gw.pid)
@@ -292,6 +301,7 @@ def run_benchmark(opts: Options, argv: Sequence[str]) -> dict[str, Any]:
             "limiter_upstream": opts.limiter_upstream,
             "before": str(opts.before) if opts.before else None,
             "guardrails": opts.guardrails,
+            "budgets": opts.budgets,
         },
         "environment": environment(opts.before),
         "latency": latency,
@@ -364,6 +374,13 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         help="the measured gateway runs every input guardrail (docs/design/025); with `--before .` the "
         "before side is the same checkout without them: the guardrails' added latency in one run",
     )
+    p.add_argument(
+        "--budgets",
+        action="store_true",
+        help="the measured gateway charges dollar budgets and writes every request to the spend ledger "
+        "(a PostgreSQL the benchmark starts); with `--before .` the before side is the same checkout "
+        "without them: their added latency in one run",
+    )
     p.add_argument("--out", type=Path, default=Path("bench-results/overhead.json"), help="JSON report path")
     p.add_argument("--serve-static", type=int, metavar="PORT", help=argparse.SUPPRESS)
     return p.parse_args(list(argv))
@@ -395,6 +412,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         limiter_upstream=args.limiter_upstream,
         before=args.before.resolve() if args.before else None,
         guardrails=args.guardrails,
+        budgets=args.budgets,
     )
     report = run_benchmark(opts, ["python", "-m", "eval.bench.overhead", *args_list])
     print(render(report))
