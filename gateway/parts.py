@@ -144,7 +144,9 @@ def build(policy: Policy, settings: Settings) -> Components:
     # The general client: key store, feedback, outcome memory, calibration, revocations.
     client = redis_client(target) if target is not None else None
     metrics = Metrics(policy)
-    local = MemoryBackend(lease_s=limits.lease_s, sub_window_s=limits.sub_window_s)
+    local = MemoryBackend(
+        lease_s=limits.lease_s, sub_window_s=limits.sub_window_s, timezone=limits.quota_timezone
+    )
     redis_backend: RedisBackend | None = None
     failover: FailoverLimiter | None = None
     limiter: Limiter
@@ -154,6 +156,7 @@ def build(policy: Policy, settings: Settings) -> Components:
             lease_s=limits.lease_s,
             key_prefix=limits.key_prefix,
             sub_window_s=limits.sub_window_s,
+            timezone=limits.quota_timezone,
         )
         failover = FailoverLimiter(redis_backend, local, limits.on_backend_error)
         metrics.registry.register(FailoverCollector(failover.stats))

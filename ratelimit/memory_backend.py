@@ -28,6 +28,7 @@ from ratelimit.windows import (
     DEFAULT_SUB_WINDOW_MS,
     QUOTA_KINDS,
     Check,
+    QuotaZone,
     build_decision,
     choose_refusal,
     kind_of,
@@ -83,6 +84,7 @@ class MemoryBackend:
         sub_windows: int = SUB_WINDOWS,
         clock: Callable[[], float] = time.monotonic,
         epoch_offset_s: float | None = None,
+        timezone: str = "UTC",
     ) -> None:
         self._lease_ms = max(1, round(lease_s * 1000))
         self._sub_ms = max(1, round(sub_window_s * 1000))
@@ -90,6 +92,7 @@ class MemoryBackend:
         self._clock = clock
         self._offset = time.time() - clock() if epoch_offset_s is None else epoch_offset_s
         self._books: dict[RuleId, _Book] = {}
+        self._zone = QuotaZone(timezone)
 
     def _now_ms(self) -> int:
         return int((self._clock() + self._offset) * 1000)
@@ -110,7 +113,7 @@ class MemoryBackend:
         if kind == "m":
             counts = [book.windows.get(j, 0) for j in range(cur - self._n + 1, cur + 1)]
         elif kind in QUOTA_KINDS:
-            pid, period_end = period(kind, t_ms)
+            pid, period_end = period(kind, t_ms, self._zone.offset(t_ms))
             quota_used = book.quotas.get(pid, 0)
         return Check(kind, limit, cost, book.leased, counts, quota_used, period_end, book.earliest())
 
@@ -193,7 +196,7 @@ class MemoryBackend:
                 for old in [j for j in book.windows if j <= cur - self._n]:
                     del book.windows[old]
             elif kind in QUOTA_KINDS:
-                pid, _ = period(kind, t)
+                pid, _ = period(kind, t, self._zone.offset(t))
                 if pid not in book.quotas:
                     book.quotas = {p: v for p, v in book.quotas.items() if p[0] != pid[0]} | {pid: 0}
                 book.quotas[pid] += amount

@@ -21,8 +21,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Annotated, Literal, NamedTuple, Protocol
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ratelimit.errors import BackendUnavailable
 
@@ -245,6 +246,22 @@ class LimitsConfig(_Frozen):
         "refused (400)",
     )
     max_tags: int = Field(8, ge=0, le=32, description="tags per request at most")
+    quota_timezone: str = Field(
+        "UTC",
+        description="the IANA time zone whose calendar days and months the day and month quotas (tokens "
+        "and dollars) follow, e.g. `America/New_York`: they reset at its midnight",
+    )
+
+    @field_validator("quota_timezone")
+    @classmethod
+    def _known_zone(cls, v: str) -> str:
+        if v != "UTC":
+            try:
+                ZoneInfo(v)
+            except (ZoneInfoNotFoundError, ValueError):
+                raise ValueError(f"unknown time zone {v!r} (an IANA name such as Europe/Berlin)") from None
+        return v
+
     growth_max_memory_ratio: float = Field(
         0.7,
         gt=0,

@@ -79,7 +79,7 @@ from ratelimit.resp import (
     parse_info,
     reason_of,
 )
-from ratelimit.windows import DEFAULT_SUB_WINDOW_MS, build_decision, kind_of
+from ratelimit.windows import DEFAULT_SUB_WINDOW_MS, QuotaZone, build_decision, kind_of
 
 SCRIPTS = ("admit_v5", "top_up_v5", "settle_v5", "renew_v3")
 _OP = {name: name.rsplit("_v", 1)[0] for name in SCRIPTS}  # the `op` of a script's errors
@@ -117,10 +117,13 @@ class _Compiled:
     dims: tuple[Dimension, ...]  # the rule set's distinct dimensions, in slot order
     spec_formats: dict[str, str]  # priority -> "kind,limit,{i},shadow;" per rule
     usage_format: str  # "kind,{i};" per rule
+    offset: int  # the quota zone's offset (minutes) the quota kinds carry; 0: UTC, nothing carried
 
     @classmethod
-    def of(cls, prefix: str, rules: tuple[Rule, ...]) -> _Compiled:
+    def of(cls, prefix: str, rules: tuple[Rule, ...], offset: int = 0) -> _Compiled:
         kinds = [kind_of(r) for r in rules]
+        if offset:
+            kinds = [f"{k}{offset:+d}" if k in ("d", "M") else k for k in kinds]
         dims = tuple(dict.fromkeys(r.dimension for r in rules))
         slot = [dims.index(r.dimension) for r in rules]
         return cls(
@@ -135,6 +138,7 @@ class _Compiled:
                 for p in ("standard", "premium")
             },
             usage_format="".join(f"{k},{{{i}}};" for k, i in zip(kinds, slot, strict=True)),
+            offset=offset,
         )
 
     def specs(self, amounts: Mapping[Dimension, int], priority: Priority) -> str:
@@ -170,12 +174,14 @@ class RedisBackend:
         sub_windows: int = SUB_WINDOWS,
         purge_batch: int = 100,
         carry_s: float = 0.002,
+        timezone: str = "UTC",
     ) -> None:
         """`sub_window_s` is configurable so tests can watch a window slide in about a second.
         `carry_s`: how long a `settle_soon` waits for an admission to carry it before it is sent on
         its own."""
         self._redis = client
         self._prefix = key_prefix
+        self._zone = QuotaZone(timezone)
         self._lease_ms = max(1, round(lease_s * 1000))
         self._sub_ms = max(1, round(sub_window_s * 1000))
         self._n = sub_windows
@@ -275,10 +281,11 @@ class RedisBackend:
         every rule on every call (that hashing showed in profiles).
         """
         c = self._by_rules.get(id(rules))
-        if c is None or c.rules is not rules:
+        offset = self._zone.now()
+        if c is None or c.rules is not rules or c.offset != offset:
             if len(self._by_rules) > 10_000:
                 self._by_rules.clear()
-            c = self._by_rules[id(rules)] = _Compiled.of(self._prefix, rules)
+            c = self._by_rules[id(rules)] = _Compiled.of(self._prefix, rules, offset)
         return c
 
     def _head(self, request_id: str) -> list[str | int]:

@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import calendar
 import datetime as dt
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import compress
+from zoneinfo import ZoneInfo
 
 from ratelimit.model import (
     SUB_WINDOWS,
@@ -47,17 +49,49 @@ def kind_of(rule: Rule) -> str:
     return KIND_OF_WINDOW[WINDOW_OF[rule.dimension]]
 
 
-def period(kind: str, t_ms: int) -> tuple[str, int]:
-    """(period id, period end in ms) of a quota kind (`d` day, `M` month) at t, UTC calendar; the
-    total kind `T` has one period that never ends (end 0)."""
+def period(kind: str, t_ms: int, offset_min: int = 0) -> tuple[str, int]:
+    """(period id, period end in ms) of a quota kind (`d` day, `M` month) at t, on the calendar of the
+    zone `offset_min` minutes east of UTC (0: UTC); the total kind `T` has one period that never ends
+    (end 0)."""
     if kind == "T":
         return TOTAL_PERIOD, 0
-    days = t_ms // DAY_MS
+    shift = offset_min * 60_000
+    days = (t_ms + shift) // DAY_MS
     if kind == "d":
-        return f"d{days}", (days + 1) * DAY_MS
+        return f"d{days}", (days + 1) * DAY_MS - shift
     day = dt.date(1970, 1, 1) + dt.timedelta(days=days)
     first_next = day.replace(day=1) + dt.timedelta(days=calendar.monthrange(day.year, day.month)[1])
-    return f"m{day.year:04d}{day.month:02d}", (first_next - dt.date(1970, 1, 1)).days * DAY_MS
+    return f"m{day.year:04d}{day.month:02d}", (first_next - dt.date(1970, 1, 1)).days * DAY_MS - shift
+
+
+class QuotaZone:
+    """The time zone whose calendar days and months the quotas follow (`limits.quota_timezone`), as
+    its offset from UTC in minutes at a time. UTC (the default) is always 0 and costs nothing; another
+    zone's offset is looked up once a minute (it changes only at daylight-saving switches)."""
+
+    def __init__(self, name: str = "UTC", clock: Callable[[], float] = time.time) -> None:
+        self.name = name
+        self._zone = None if name == "UTC" else ZoneInfo(name)
+        self._clock = clock
+        self._until = 0.0
+        self._now = 0
+
+    def offset(self, t_ms: int) -> int:
+        """Minutes east of UTC at `t_ms`."""
+        if self._zone is None:
+            return 0
+        delta = dt.datetime.fromtimestamp(t_ms / 1000, self._zone).utcoffset()
+        return int(delta.total_seconds()) // 60 if delta is not None else 0
+
+    def now(self) -> int:
+        """The offset now, from the cached minute."""
+        if self._zone is None:
+            return 0
+        t = self._clock()
+        if t >= self._until:
+            self._now = self.offset(int(t * 1000))
+            self._until = t + 60.0
+        return self._now
 
 
 @dataclass(frozen=True, slots=True)

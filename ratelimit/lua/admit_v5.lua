@@ -3,7 +3,7 @@
 -- KEYS      the request's rule base keys (ratelimit/keys.py), then those of the carried settlements
 --           not among them; the lease structures share their hash tag
 -- ARGV      request id, lease ms, sub-window ms, sub-windows, purge batch,
---           rule specs "kind,limit,cost,shadow;" per rule in KEYS order (kind m|d|M|c, shadow 0|1),
+--           rule specs "kind,limit,cost,shadow;" per rule in KEYS order (kind m|d|M|T|c, a quota kind with its zone's offset in minutes, e.g. d-300; shadow 0|1),
 --           number of the request's keys, then the settlements as in settle_v5.lua.
 --           One packed argument instead of four per rule: the client's per-argument cost dominated.
 -- Reply     {allowed 0|1, server ms, refused rule index (1-based, 0 = none), retry ms,
@@ -22,9 +22,9 @@ if #KEYS > na then
   for i = 1, na do keys[i] = KEYS[i] end
 end
 local cur = math.floor(t / sub_ms)
-local kinds, limits, costs, shadows = parse_specs(ARGV[6])
+local kinds, limits, costs, shadows, offs = parse_specs(ARGV[6])
 purge(leases, lh, t, batch)
-local checks, totals = situations(lh, keys, kinds, t, cur, n)
+local checks, totals = situations(lh, keys, kinds, t, cur, n, offs)
 local refused, refused_retry = 0, 0
 for i = 1, #keys do
   local c = checks[i]

@@ -33,16 +33,18 @@ end
 local DAY_MS = 86400000
 local TOTAL_TTL_MS = 400 * DAY_MS  -- a lifetime budget's counter outlives 400 days without a charge only
 
--- (period id, period end ms) of quota kind 'd' (UTC day) or 'M' (UTC month) at time t; kind 'T' (a
--- total that never resets) has the one period 'all', end 0.
-local function period(kind, t)
+-- (period id, period end ms) of quota kind 'd' (calendar day) or 'M' (calendar month) at time t, in
+-- the zone `off` minutes east of UTC (the client passes the limits' zone's current offset; 0 = UTC);
+-- kind 'T' (a total that never resets) has the one period 'all', end 0.
+local function period(kind, t, off)
   if kind == 'T' then return 'all', 0 end
-  local days = math.floor(t / DAY_MS)
-  if kind == 'd' then return 'd' .. days, (days + 1) * DAY_MS end
+  local shift = (off or 0) * 60000
+  local days = math.floor((t + shift) / DAY_MS)
+  if kind == 'd' then return 'd' .. days, (days + 1) * DAY_MS - shift end
   local y, m = civil(days)
   local ny, nm = y, m + 1
   if nm == 13 then ny, nm = y + 1, 1 end
-  return string.format('m%04d%02d', y, m), days_from_civil(ny, nm) * DAY_MS
+  return string.format('m%04d%02d', y, m), days_from_civil(ny, nm) * DAY_MS - shift
 end
 
 -- Leases (v4, unchanged in lib_v4): one record per request, not one per rule. Two keys under the shared root
@@ -250,7 +252,7 @@ end
 -- The situation of every rule of a request: used (this request excluded) and what Retry-After and the
 -- headers need: the leased totals (one HMGET for all rules), then per minute rule its window sum and
 -- newest sub-window, per quota rule its period counter.
-local function situations(lh, bases, kinds, t, cur, n)
+local function situations(lh, bases, kinds, t, cur, n, offs)
   local vals0 = redis.call('HMGET', lh, unpack(bases))
   local checks, totals = {}, {}
   for i = 1, #bases do
@@ -261,7 +263,7 @@ local function situations(lh, bases, kinds, t, cur, n)
       c.sum, c.newest = window_sum(bases[i] .. ':sw', cur, n)
     elseif kind == 'd' or kind == 'M' or kind == 'T' then
       local pid
-      pid, c.pend = period(kind, t)
+      pid, c.pend = period(kind, t, offs[i])
       c.quota = tonumber(redis.call('GET', bases[i] .. ':q:' .. pid)) or 0
     end
     c.used = leased + c.sum + c.quota
@@ -301,16 +303,18 @@ local function state(c, limit, charged, t, cur, n, sub_ms)
   return remaining, (newest + n) * sub_ms - t
 end
 
--- Rule specs packed by the client: "kind,limit,amount,shadow;" per rule, in KEYS order.
+-- Rule specs packed by the client: "kind,limit,amount,shadow;" per rule, in KEYS order. A quota kind
+-- may carry its zone's offset in minutes ("d-300"): its calendar is that zone's (see `period`).
 local function parse_specs(spec)
-  local kinds, limits, amounts, shadows = {}, {}, {}, {}
-  for kind, limit, amount, shadow in string.gmatch(spec, '(%a),(%d+),(%d+),([01]);') do
+  local kinds, limits, amounts, shadows, offs = {}, {}, {}, {}, {}
+  for kind, off, limit, amount, shadow in string.gmatch(spec, '(%a)([%+%-]?%d*),(%d+),(%d+),([01]);') do
     kinds[#kinds + 1] = kind
+    offs[#offs + 1] = tonumber(off) or 0
     limits[#limits + 1] = tonumber(limit)
     amounts[#amounts + 1] = tonumber(amount)
     shadows[#shadows + 1] = shadow == '1'
   end
-  return kinds, limits, amounts, shadows
+  return kinds, limits, amounts, shadows, offs
 end
 
 -- Settlements (settle_v5, and admit_v5 carrying the ones that finished since the last call): replace
@@ -321,11 +325,11 @@ end
 -- expired lease already stopped counting, and charging it now could push a window past its limit.
 -- Dropping the lease record first also makes a retried settle (after an ambiguous timeout) charge
 -- nothing twice. Returns the number of (request, rule) pairs charged.
-local function charge(base, kind, used, t, cur, n, sub_ms)
+local function charge(base, kind, used, t, cur, n, sub_ms, off)
   if used > 0 and kind == 'm' then
     window_add(base .. ':sw', used, t, cur, n, sub_ms)
   elseif used > 0 and (kind == 'd' or kind == 'M') then
-    local pid, pend = period(kind, t)
+    local pid, pend = period(kind, t, off)
     local qk = base .. ':q:' .. pid
     if redis.call('INCRBY', qk, used) == used then redis.call('PEXPIREAT', qk, pend + DAY_MS) end
   elseif used > 0 and kind == 'T' then
@@ -348,9 +352,9 @@ local function settle_from(leases, lh, a, t, sub_ms, n)
     end
     if live then
       local r = 0
-      for kind, used in string.gmatch(ARGV[i + 3], '(%a),(%d+);') do
+      for kind, off, used in string.gmatch(ARGV[i + 3], '(%a)([%+%-]?%d*),(%d+);') do
         if r >= count then break end
-        charge(KEYS[k + r], kind, tonumber(used), t, cur, n, sub_ms)
+        charge(KEYS[k + r], kind, tonumber(used), t, cur, n, sub_ms, tonumber(off) or 0)
         r = r + 1
         charged = charged + 1
       end

@@ -12,9 +12,9 @@ local leases, lh = lease_keys(KEYS[1])
 local expiry = tonumber(redis.call('ZSCORE', leases, id))
 if not expiry or expiry <= t then return {0, t, 0} end
 local cur = math.floor(t / sub_ms)
-local kinds, limits, extras, shadows = parse_specs(ARGV[6])
+local kinds, limits, extras, shadows, offs = parse_specs(ARGV[6])
 -- `used` includes what this request already holds, as at admission.
-local checks, totals = situations(lh, KEYS, kinds, t, cur, n)
+local checks, totals = situations(lh, KEYS, kinds, t, cur, n, offs)
 for i = 1, #KEYS do
   if extras[i] > 0 and not shadows[i] and checks[i].used + extras[i] > limits[i] then return {0, t, i} end
 end

@@ -49,13 +49,14 @@ async def test_lua_calendar_matches_python(client: aioredis.Redis) -> None:
     from importlib import resources
 
     lib = resources.files("ratelimit").joinpath("lua", "lib_v4.lua").read_text()
-    script = lib + "\nlocal id, e = period(ARGV[1], tonumber(ARGV[2]))\nreturn {id, e}"
+    script = lib + "\nlocal id, e = period(ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]))\nreturn {id, e}"
     start = dt.datetime(1999, 12, 25, tzinfo=dt.UTC)
     for days in list(range(0, 800, 3)) + [36_500 + d for d in range(0, 400, 7)]:
         t = int((start + dt.timedelta(days=days, hours=days % 24)).timestamp() * 1000)
         for kind in ("d", "M"):
-            pid, end = await client.eval(script, 0, kind, t)  # type: ignore[misc]
-            assert (pid.decode(), int(end)) == period(kind, t)
+            for off in (0, -300, 330, 840):  # UTC, New York (EST), India, Kiribati
+                pid, end = await client.eval(script, 0, kind, t, off)  # type: ignore[misc]
+                assert (pid.decode(), int(end)) == period(kind, t, off), (kind, t, off)
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -149,4 +150,27 @@ async def test_queued_settlements_go_out_together_after_the_carry_delay(
     await asyncio.sleep(0.1)
     assert await _evalsha_calls(client) - before == 1  # one settle_v5 call for all five
     assert await client.zcard("alone:{alone}:leases") == 0
+    await backend.close()
+
+
+async def test_a_quota_zone_names_the_local_day(redis_server: RedisServer, client: aioredis.Redis) -> None:
+    """With `timezone`, a day quota is counted under the zone's calendar day (Kiritimati, UTC+14: most
+    of the time a different date than UTC's)."""
+    import time
+
+    from ratelimit.windows import QuotaZone
+
+    backend = RedisBackend.from_url(
+        redis_server.url, lease_s=30, key_prefix="tz", timezone="Pacific/Kiritimati"
+    )
+    await backend.load()
+    rule = Rule(Level.ORG, "acme", Dimension.TOKENS_DAY, 1000)
+    decision = await backend.admit(Admission("tz-1", (rule,), request_cost(5, 5)))
+    assert decision.reservation is not None
+    await backend.settle(decision.reservation, usage_cost(5, 5))
+    now = int(time.time() * 1000)
+    local, _ = period("d", now, QuotaZone("Pacific/Kiritimati").offset(now))
+    keys = [k.decode() async for k in client.scan_iter(match="tz:{tz}:org:acme:tokens_day:q:*")]
+    assert keys == [f"tz:{{tz}}:org:acme:tokens_day:q:{local}"], keys
+    assert int(await client.get(keys[0])) == 10
     await backend.close()

@@ -97,3 +97,20 @@ def test_legacy_names_map_to_the_root_and_leases_stay() -> None:
     for name in ("{gw}:leases", "{gw}:lh", "{gw}:keys", "{gw}:keyids", "{gw}:org:a:tokens", "{other}:x:q:d1"):
         assert legacy_move("gw", name) is None, name
     assert legacy_root("gw") == "{gw}" and root("gw") == "gw:{gw}"
+
+
+def test_quota_periods_follow_the_configured_zone() -> None:
+    """A day quota in New York resets at its midnight (05:00 UTC in winter, 04:00 in summer)."""
+    from datetime import UTC, datetime
+
+    from ratelimit.windows import QuotaZone, period
+
+    ny = QuotaZone("America/New_York")
+    winter = int(datetime(2026, 1, 15, 4, 59, tzinfo=UTC).timestamp() * 1000)
+    summer = int(datetime(2026, 7, 15, 3, 59, tzinfo=UTC).timestamp() * 1000)
+    assert (ny.offset(winter), ny.offset(summer)) == (-300, -240)
+    for t in (winter, summer):
+        before, end = period("d", t, ny.offset(t))
+        after, _ = period("d", t + 60_000, ny.offset(t + 60_000))
+        assert before != after and end == t + 60_000  # the period ends at local midnight, a minute later
+    assert QuotaZone().offset(winter) == 0 and QuotaZone().now() == 0
