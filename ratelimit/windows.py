@@ -37,6 +37,8 @@ DEFAULT_SUB_WINDOW_MS = WINDOW_S * 1000 // SUB_WINDOWS
 DAY_MS = 86_400_000
 # Concurrency slots free up when some other request settles, which nobody can predict.
 CONCURRENCY_RETRY_MS = 1000
+# A quota whose settled usage leaves room, refused for running requests' reservations.
+SETTLE_RETRY_MS = 1000
 
 KIND_OF_WINDOW: dict[Window, str] = {
     Window.MINUTE: "m", Window.DAY: "d", Window.MONTH: "M", Window.TOTAL: "T", Window.NONE: "c",
@@ -119,10 +121,12 @@ class Check:
         """When the request could fit, if nothing else arrives (>= 1 ms)."""
         if self.kind == "c":
             return CONCURRENCY_RETRY_MS
-        if self.kind in ("d", "M"):
-            return max(1, self.period_end_ms - t_ms)
-        if self.kind == "T":  # never resets: only a live lease settling below its reservation helps
-            return max(1, self.earliest_lease_ms - t_ms) if self.earliest_lease_ms is not None else DAY_MS
+        if self.kind in QUOTA_KINDS:
+            # If what is settled leaves room, running requests settling below their reservations (a
+            # dollar budget reserves the worst price) will make it: soon, not at the period's end.
+            if self.leased > 0 and self.used - self.leased + self.cost <= self.limit:
+                return SETTLE_RETRY_MS
+            return DAY_MS if self.kind == "T" else max(1, self.period_end_ms - t_ms)
         need = self.used + self.cost - self.limit
         freed = 0
         # Sub-window cur - n + 1 + k leaves the window at (cur + 1 + k) * sub_ms.

@@ -55,6 +55,7 @@ from ratelimit.model import (
     over_limit,
 )
 from ratelimit.rules import NO_OVERRIDES, known_tags, request_cost, request_rules, resolve_rules, usage_cost
+from ratelimit.windows import SETTLE_RETRY_MS
 
 NO_POOL = "-"  # the pool of a request that reached none (an unknown model)
 _QUOTA_DIMS = frozenset((Dimension.TOKENS_DAY, Dimension.TOKENS_MONTH, *USD_DIMENSIONS))
@@ -373,9 +374,13 @@ class Admissions:
         rule = decision.refused_by
         state = next((s for s in decision.states if s.rule == rule), None)
         if rule is not None:
-            # More than a day / month quota has left: waiting for the window cannot help.
+            # More than a quota has left, running requests' reservations aside (the limiter then says
+            # retry within a second: they settle below what they reserved): waiting cannot help.
             over = (
-                rule.dimension in _QUOTA_DIMS and state is not None and cost[rule.dimension] > state.remaining
+                rule.dimension in _QUOTA_DIMS
+                and state is not None
+                and cost[rule.dimension] > state.remaining
+                and decision.retry_after_s > SETTLE_RETRY_MS / 1000
             )
             outcome = "too_large" if over else "refused"
             self._metrics.limit_decisions.labels(rule.level.value, rule.dimension.value, outcome).inc()

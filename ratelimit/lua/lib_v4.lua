@@ -274,12 +274,13 @@ end
 
 local function retry_ms(c, base, limit, cost, t, cur, n, sub_ms)
   if c.kind == 'c' then return 1000 end
-  if c.kind == 'T' then
-    -- Never resets: only a live lease settling below its reservation can make room.
-    local first = earliest_lease(base, t)
-    return first and math.max(1, first - t) or DAY_MS
+  if c.kind ~= 'm' then
+    -- A quota: if what is settled leaves room, running requests settling below their reservations
+    -- (a dollar budget reserves the worst price) will make it: soon, not at the period's end.
+    if c.leased > 0 and c.used - c.leased + cost <= limit then return 1000 end
+    if c.kind == 'T' then return DAY_MS end  -- never resets
+    return math.max(1, c.pend - t)
   end
-  if c.kind ~= 'm' then return math.max(1, c.pend - t) end
   local need, freed = c.used + cost - limit, 0
   local counts = window_counts(base .. ':sw', cur, n)
   for k = 1, n do

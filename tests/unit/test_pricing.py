@@ -32,7 +32,9 @@ def _policy() -> Policy:
                 {"name": "free", "route": {"pool": "free"}},
                 {
                     "name": "auto",
-                    "route": {"policy": {"tiers": [{"pool": "small"}, {"pool": "large"}], "fallback_tier": 0}},
+                    "route": {
+                        "policy": {"tiers": [{"pool": "small"}, {"pool": "large"}], "fallback_tier": 0}
+                    },
                 },
             ],
         }
@@ -43,7 +45,9 @@ def test_micro_dollars_are_tokens_times_the_price_per_million() -> None:
     p = Price(input_per_mtok=0.5, output_per_mtok=1.5, cached_input_per_mtok=0.05)
     assert micro(p, 1000, 100) == 650  # 500 + 150
     assert micro(p, 1000, 100, cached=800) == 290  # 200 x 0.5 + 800 x 0.05 + 150
-    assert micro(Price(input_per_mtok=0.5, output_per_mtok=1.5), 1000, 100, cached=800) == 650  # no cached rate
+    assert (
+        micro(Price(input_per_mtok=0.5, output_per_mtok=1.5), 1000, 100, cached=800) == 650
+    )  # no cached rate
 
 
 def test_the_reservation_is_the_worst_price_the_alias_may_reach() -> None:

@@ -258,7 +258,11 @@ async def test_remaining_and_reset_values(harness: Harness) -> None:
     assert rem == 4700 and abs(reset - (midnight - now).total_seconds()) < 5
     rem, reset = state_of(d, month)
     assert rem == 49_700 and abs(reset - (next_month - now).total_seconds()) < 5
-    refused = await lim.admit(admission((day,), 4701))
+    # Refused only for the running request's reservation: it settles soon (at most what it reserved).
+    soon = await lim.admit(admission((day,), 4701))
+    assert not soon.allowed and soon.retry_after_s == 1.0
+    # More than the settled usage leaves: only the period's end helps.
+    refused = await lim.admit(admission((day,), 5001))
     assert not refused.allowed and abs(refused.retry_after_s - (midnight - now).total_seconds()) < 5
 
 
