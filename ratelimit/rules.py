@@ -89,9 +89,10 @@ def _rules(config: LimitsConfig, levels: list[tuple[Level, str, LevelLimits]]) -
 
 
 def request_cost(input_tokens: int, output_tokens: int, usd_micro: int = 0) -> dict[Dimension, int]:
-    """What admitting a request reserves in every dimension (`usd_micro`: its worst-case cost)."""
+    """What admitting a request reserves in every dimension (`usd_micro`: its worst-case cost; the
+    dollar dimensions are left out when it is 0: every reader treats a missing dimension as 0)."""
     total = input_tokens + output_tokens
-    return {
+    cost = {
         Dimension.REQUESTS: 1,
         Dimension.INPUT_TOKENS: input_tokens,
         Dimension.OUTPUT_TOKENS: output_tokens,
@@ -99,10 +100,10 @@ def request_cost(input_tokens: int, output_tokens: int, usd_micro: int = 0) -> d
         Dimension.CONCURRENT: 1,
         Dimension.TOKENS_DAY: total,
         Dimension.TOKENS_MONTH: total,
-        Dimension.USD_DAY: usd_micro,
-        Dimension.USD_MONTH: usd_micro,
-        Dimension.USD_TOTAL: usd_micro,
     }
+    if usd_micro:
+        cost[Dimension.USD_DAY] = cost[Dimension.USD_MONTH] = cost[Dimension.USD_TOTAL] = usd_micro
+    return cost
 
 
 def usage_cost(input_tokens: int, output_tokens: int, usd_micro: int = 0) -> dict[Dimension, int]:

@@ -379,13 +379,13 @@ class Admissions:
             over = (
                 rule.dimension in _QUOTA_DIMS
                 and state is not None
-                and cost[rule.dimension] > state.remaining
+                and cost.get(rule.dimension, 0) > state.remaining
                 and decision.retry_after_s > SETTLE_RETRY_MS / 1000
             )
             outcome = "too_large" if over else "refused"
             self._metrics.limit_decisions.labels(rule.level.value, rule.dimension.value, outcome).inc()
             if over and state is not None:
-                big = too_large(rule, cost[rule.dimension], rule.limit, max(0, state.remaining))
+                big = too_large(rule, cost.get(rule.dimension, 0), rule.limit, max(0, state.remaining))
                 big.headers.update({k.decode(): v.decode() for k, v in headers})
                 return big
         retry = max(1, int(decision.retry_after_s + 0.999))

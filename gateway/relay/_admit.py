@@ -12,6 +12,7 @@ and nothing reaches the client before it is granted.
 from __future__ import annotations
 
 import asyncio
+import math
 
 from gateway.budget.admission import Admissions, Ticket
 from gateway.budget.estimate import InputEstimates, InputSize
@@ -21,6 +22,8 @@ from gateway.observability.tracing import TraceHooks
 from gateway.record import Answer, Budget, RequestRecord, Speculation
 from gateway.relay.response_cache import BYPASS
 from gateway.routing.route import Route
+
+NO_USD = (0, 0.0)  # an alias without a price: no dollars reserved
 
 
 class Admit:
@@ -64,9 +67,13 @@ class Admit:
             estimate *= calls
         budget = req.budget = Budget(estimate, granted, topup)
         # Dollars: the input at the alias's highest price now, the output as it is reserved.
-        pricing = self._pricing
-        usd = (pricing.reserve(ask.alias, estimate, 0), pricing.output_rate(ask.alias))
-        extra = admissions.request_rules(who.tenant, ask.tags, ask.end_user)
+        worst = self._pricing.worst.get(ask.alias)
+        usd = (math.ceil(estimate * worst[0]), worst[1]) if worst is not None else NO_USD
+        extra = (
+            admissions.request_rules(who.tenant, ask.tags, ask.end_user)
+            if ask.tags or ask.end_user is not None
+            else ()
+        )
         admission = admissions.admit(lease_id, who.tenant, pool, estimate, granted, topup, usd, extra)
         if (
             decided is None
@@ -152,7 +159,7 @@ class Admit:
         """What the request cost, computed once: charged to its dollar budgets here, counted by the
         observer and written to the ledger from `Budget.spend`."""
         route = answer.route if answer is not None and answer.route is not None else req.route
-        if route is None:
+        if route is None or not self._pricing.worst:  # no price anywhere in the policy
             return NOTHING
         model, pool, adapter = route.served
         calls = answer.costs if answer is not None else None

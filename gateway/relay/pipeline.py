@@ -232,10 +232,13 @@ class Relay:
         raw = await read_body(x.headers.content_length, receive, self._max_body, self._max_depth)
         body = self._parsed(req, raw)
         alias, adapter = self._routes.split_adapter(alias_of(body))
-        tags = tags_of(
-            x.headers.tags, body, self._max_tags, self._admissions.known_tags(), principal.tenant.tags
-        )
-        ask = req.ask = Ask(body, alias, adapter, tags, end_user_of(body))
+        ask = req.ask = Ask(body, alias, adapter)
+        # Tags and end user (gateway.budget.labels), read only when the request names any.
+        if x.headers.tags is not None or "metadata" in body:
+            known = self._admissions.known_tags()
+            ask.tags = tags_of(x.headers.tags, body, self._max_tags, known, principal.tenant.tags)
+        if "user" in body:
+            ask.end_user = end_user_of(body)
         pools = self._permit(principal, alias)
         if x.reply is not None:
             self._tools_dropped(req, ask, x.reply)
