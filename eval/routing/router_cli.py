@@ -22,6 +22,7 @@ from typing import Any
 import orjson
 
 from eval.routing.baselines import DEFAULT_STRONG, DEFAULT_WEAK
+from eval.status import Status
 from router.encoder import ROUTER_LAYERS
 
 
@@ -43,8 +44,12 @@ def register(parser: argparse.ArgumentParser) -> None:
         metavar=("FILE", "STRONG", "WEAK"),
         help="extra training file scored with its own strong/weak pair (repeatable; never a CV test row)",
     )
-    t.add_argument("--strong", default=DEFAULT_STRONG)
-    t.add_argument("--weak", default=DEFAULT_WEAK)
+    t.add_argument(
+        "--strong", default=DEFAULT_STRONG, help=f"the strong model of the data (default: {DEFAULT_STRONG})"
+    )
+    t.add_argument(
+        "--weak", default=DEFAULT_WEAK, help=f"the weak model of the data (default: {DEFAULT_WEAK})"
+    )
     t.add_argument("--max-tokens", type=int, default=32, help="tail token budget of the encoder input")
     t.add_argument(
         "--layers",
@@ -65,8 +70,8 @@ def register(parser: argparse.ArgumentParser) -> None:
     e = sub.add_parser("eval", help="APGR / CPT / quality at shares vs random, prior and oracle")
     e.add_argument("--model", required=True, type=Path, help="artifact directory")
     e.add_argument("--data", required=True, type=Path, help="routing JSONL file with outcomes")
-    e.add_argument("--strong", required=True)
-    e.add_argument("--weak", required=True)
+    e.add_argument("--strong", required=True, help="the strong model: a model name of the data's outcomes")
+    e.add_argument("--weak", required=True, help="the weak model: a model name of the data's outcomes")
     e.add_argument(
         "--prior-train",
         nargs="*",
@@ -85,12 +90,21 @@ def register(parser: argparse.ArgumentParser) -> None:
     r = sub.add_parser("replay", help="simulate a deployment that learns from explored outcomes")
     r.add_argument("--data", required=True, type=Path, help="routing JSONL file replayed as traffic")
     r.add_argument("--prior", type=Path, help="difficulty artifact (default: the shipped artifact)")
-    r.add_argument("--strong", default=DEFAULT_STRONG)
-    r.add_argument("--weak", default=DEFAULT_WEAK)
+    r.add_argument(
+        "--strong", default=DEFAULT_STRONG, help=f"the strong model of the data (default: {DEFAULT_STRONG})"
+    )
+    r.add_argument(
+        "--weak", default=DEFAULT_WEAK, help=f"the weak model of the data (default: {DEFAULT_WEAK})"
+    )
     r.add_argument("--seed", type=int, help="shuffle the rows with this seed (absent: file order)")
     r.add_argument("--seeds", nargs="+", type=int, default=[], help="one run per seed (shuffled)")
     r.add_argument("--explore-rate", type=float, default=0.05, help="share of cheap-routed rows explored")
-    r.add_argument("--judge", choices=("recorded", "agreement"), default="recorded")
+    r.add_argument(
+        "--judge",
+        choices=("recorded", "agreement"),
+        default="recorded",
+        help="how an explored row is labelled: its recorded outcome, or the answers' agreement",
+    )
     r.add_argument("--memory", nargs="*", type=Path, default=[], help="files that seed the memory first")
     r.add_argument("--warmup", type=int, default=0, help="labels before `apgr` starts counting rows")
     r.add_argument("--rows", type=int, help="replay only the first N rows (after shuffling)")
@@ -164,20 +178,24 @@ def _eval(args: argparse.Namespace) -> int:
     from router.artifact_error import RouterArtifactError
     from router.difficulty import DifficultyModel
 
-    try:
-        model = DifficultyModel.load(args.model)
-    except RouterArtifactError as exc:
-        return _error(exc)
-    try:
-        ev = evaluate(model, args.data, args.strong, args.weak, args.prior_train)
-        print(format_text(ev, model))
-        if args.out is not None:
-            for path in write_outputs(ev, model, args.data, args.out):
-                print(f"wrote {path}")
-    except (RoutingDataError, ValueError) as exc:
-        return _error(exc)
-    finally:
-        model.close()
+    with Status("llmgw router eval") as status:
+        status.phase("loading the artifact")
+        try:
+            model = DifficultyModel.load(args.model)
+        except RouterArtifactError as exc:
+            return _error(exc)
+        try:
+            status.phase(f"scoring {args.data} and fitting the baselines")
+            ev = evaluate(model, args.data, args.strong, args.weak, args.prior_train)
+            print(format_text(ev, model))
+            if args.out is not None:
+                status.phase(f"writing the report and plots to {args.out}")
+                for path in write_outputs(ev, model, args.data, args.out):
+                    print(f"wrote {path}")
+        except (RoutingDataError, ValueError) as exc:
+            return _error(exc)
+        finally:
+            model.close()
     return 0
 
 
@@ -217,8 +235,9 @@ def _score(args: argparse.Namespace) -> int:
         return _error(exc)
     try:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        with open(args.out, "wb") as fh:
+        with open(args.out, "wb") as fh, Status("llmgw router score") as status:
             for start in range(0, len(requests), 64):
+                status.phase(f"scored {start} of {len(requests)} prompts")
                 chunk = requests[start : start + 64]
                 texts = [request_text([{"role": "user", "content": prompt}]) for _, prompt in chunk]
                 for (rid, _), d in zip(chunk, model.score_many(texts), strict=True):
@@ -232,7 +251,7 @@ def _score(args: argparse.Namespace) -> int:
 def _replay(args: argparse.Namespace) -> int:
     from eval.routing.data import RoutingDataError, load_rows
     from eval.routing.embed_cache import DEFAULT_CACHE_DIR
-    from eval.routing.replay import ReplayConfig, prepare, replay
+    from eval.routing.replay import prepare
     from eval.routing.replay_report import combine, format_text, write_outputs, write_scores
     from router.artifact_error import RouterArtifactError
     from router.difficulty import DifficultyModel
@@ -246,26 +265,12 @@ def _replay(args: argparse.Namespace) -> int:
         return _error(exc)
     cache = None if args.no_cache else DEFAULT_CACHE_DIR
     try:
-        data = prepare(load_rows(args.data), model, args.strong, args.weak, cache)
-        seeded = [prepare(load_rows(p), model, args.strong, args.weak, cache) for p in args.memory]
-        threshold = 1.0 - args.target_share  # the prior's difficulty is a training percentile
-        runs, first = [], None
-        for seed in args.seeds or [args.seed]:
-            cfg = ReplayConfig(
-                explore_rate=args.explore_rate,
-                judge=args.judge,
-                warmup=args.warmup,
-                seed=seed,
-                k=args.k,
-                blend_c=args.blend_c,
-                blend_scale=args.blend_scale,
-                target_share=args.target_share,
-            )
-            report, routed, ids = replay(data, cfg, threshold, seeded, args.rows)
-            report |= {"strong": args.strong, "weak": args.weak, "data": str(args.data)}
-            report["prior"] = model.identity
-            runs.append(report)
-            first = first or (ids, routed)
+        with Status("llmgw router replay") as status:
+            status.phase(f"embedding {args.data}")
+            data = prepare(load_rows(args.data), model, args.strong, args.weak, cache)
+            status.phase("embedding the --memory files")
+            seeded = [prepare(load_rows(p), model, args.strong, args.weak, cache) for p in args.memory]
+            runs, first = _replay_seeds(args, data, seeded, model.identity, status)
     except (RoutingDataError, ValueError, OSError) as exc:
         return _error(exc)
     finally:
@@ -277,3 +282,32 @@ def _replay(args: argparse.Namespace) -> int:
     if args.scores_out is not None and first is not None:
         print(f"wrote {write_scores(args.scores_out, first[0], first[1])}")
     return 0
+
+
+def _replay_seeds(
+    args: argparse.Namespace, data: Any, seeded: list[Any], prior: str, status: Status
+) -> tuple[list[dict[str, Any]], Any]:
+    """One replay per seed (`--seeds`, else `--seed`): the reports and the first run's (ids, routed)."""
+    from eval.routing.replay import ReplayConfig, replay
+
+    threshold = 1.0 - args.target_share  # the prior's difficulty is a training percentile
+    runs: list[dict[str, Any]] = []
+    first = None
+    seeds = args.seeds or [args.seed]
+    for i, seed in enumerate(seeds, 1):
+        status.phase(f"replaying seed {seed} ({i} of {len(seeds)})")
+        cfg = ReplayConfig(
+            explore_rate=args.explore_rate,
+            judge=args.judge,
+            warmup=args.warmup,
+            seed=seed,
+            k=args.k,
+            blend_c=args.blend_c,
+            blend_scale=args.blend_scale,
+            target_share=args.target_share,
+        )
+        report, routed, ids = replay(data, cfg, threshold, seeded, args.rows)
+        report |= {"strong": args.strong, "weak": args.weak, "data": str(args.data), "prior": prior}
+        runs.append(report)
+        first = first or (ids, routed)
+    return runs, first

@@ -111,7 +111,9 @@ def test_wrong_key_is_reported_as_http_401(sim_url: str, tmp_path: Path) -> None
         "--quiet",
         env_key="sk-wrong",
     )
-    assert proc.returncode == 0, proc.stderr
+    # Every request failed: the report is written and the exit status says so (issue 44).
+    assert proc.returncode == 1, proc.stderr
+    assert "measured requests failed (100.0%; http_401 " in proc.stderr
     (level,) = orjson.loads((out / "bench.json").read_bytes())["levels"]
     assert level["requests"]["ok"] == 0 and level["errors"] == {"http_401": level["requests"]["measured"]}
     assert level["goodput"]["requests_per_s"] == 0
