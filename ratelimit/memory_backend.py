@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from ratelimit.model import SUB_WINDOWS, Admission, Decision, Dimension, Reservation, Rule
+from ratelimit.model import SUB_WINDOWS, Admission, Decision, Dimension, Level, Reservation, Rule
 from ratelimit.windows import (
     DEFAULT_SUB_WINDOW_MS,
     QUOTA_KINDS,
@@ -35,7 +35,7 @@ from ratelimit.windows import (
     period,
 )
 
-RuleId = tuple[str, str, str]
+RuleId = tuple[Level, str, Dimension]
 
 
 @dataclass(slots=True)
@@ -98,7 +98,7 @@ class MemoryBackend:
         return int((self._clock() + self._offset) * 1000)
 
     def _book(self, rule: Rule) -> _Book:
-        rid = (rule.level.value, rule.scope, rule.dimension.value)
+        rid = (rule.level, rule.scope, rule.dimension)  # the members themselves: `.value` is a slow property
         book = self._books.get(rid)
         if book is None:
             book = self._books[rid] = _Book()

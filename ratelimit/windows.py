@@ -18,6 +18,7 @@ import datetime as dt
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from itertools import compress
 from zoneinfo import ZoneInfo
 
@@ -58,12 +59,19 @@ def period(kind: str, t_ms: int, offset_min: int = 0) -> tuple[str, int]:
     if kind == "T":
         return TOTAL_PERIOD, 0
     shift = offset_min * 60_000
-    days = (t_ms + shift) // DAY_MS
+    pid, end = _period_of_day(kind, (t_ms + shift) // DAY_MS)
+    return pid, end - shift
+
+
+@lru_cache(maxsize=128)
+def _period_of_day(kind: str, days: int) -> tuple[str, int]:
+    """(period id, end in ms of the zone's clock) of day number `days`: cached, every admission of a
+    quota rule asks for today's (the month's takes dates and a calendar lookup)."""
     if kind == "d":
-        return f"d{days}", (days + 1) * DAY_MS - shift
+        return f"d{days}", (days + 1) * DAY_MS
     day = dt.date(1970, 1, 1) + dt.timedelta(days=days)
     first_next = day.replace(day=1) + dt.timedelta(days=calendar.monthrange(day.year, day.month)[1])
-    return f"m{day.year:04d}{day.month:02d}", (first_next - dt.date(1970, 1, 1)).days * DAY_MS - shift
+    return f"m{day.year:04d}{day.month:02d}", (first_next - dt.date(1970, 1, 1)).days * DAY_MS
 
 
 class QuotaZone:

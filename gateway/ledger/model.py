@@ -13,8 +13,7 @@ drainer counts it as dropped instead of retrying it forever.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -23,8 +22,10 @@ __all__ = ["FORMAT", "SpendRow"]
 FORMAT = 1  # the first element of an encoded row; a new layout gets a new number
 
 
-@dataclass(frozen=True, slots=True)
-class SpendRow:
+class SpendRow(NamedTuple):
+    """A named tuple: one is built per finished request on the event loop, and a tuple costs a tenth of a
+    frozen dataclass of 17 fields (`object.__setattr__` per field)."""
+
     request_id: str  # the gateway's x-request-id (unique per request): the ledger's primary key
     at: float  # unix seconds, when the request finished
     org: str
@@ -35,7 +36,7 @@ class SpendRow:
     alias: str  # the model name the client asked for
     pool: str
     adapter: str | None
-    tier: str | None  # the routed tier that answered, if any
+    tier: str | None  # the key's tier (standard, premium, ...)
     tokens_in: int
     tokens_out: int
     tokens_cached: int
@@ -44,28 +45,7 @@ class SpendRow:
     cache_hit: bool
 
     def encode(self) -> bytes:
-        return orjson.dumps(
-            [
-                FORMAT,
-                self.request_id,
-                self.at,
-                self.org,
-                self.app,
-                self.key_id,
-                self.tags,
-                self.end_user,
-                self.alias,
-                self.pool,
-                self.adapter,
-                self.tier,
-                self.tokens_in,
-                self.tokens_out,
-                self.tokens_cached,
-                self.cost_micro_usd,
-                self.status,
-                self.cache_hit,
-            ]
-        )
+        return orjson.dumps((FORMAT, *self))
 
     @classmethod
     def decode(cls, data: bytes) -> SpendRow:

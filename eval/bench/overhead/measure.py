@@ -56,7 +56,9 @@ class Options:
     # before/after in one run, on one machine state).
     before: Path | None = None
     guardrails: bool = False  # the measured gateway runs every input guardrail (the before side none)
-    budgets: bool = False  # the measured gateway charges dollar budgets and writes the ledger (before: no)
+    # The measured gateway charges dollar budgets and/or writes the ledger: "all", "dollars", "ledger";
+    # None: neither (the before side never).
+    budgets: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -42,24 +42,27 @@ guardrails:
 # tenant's org a day and a month budget far above what the run spends (every admission reserves and
 # settles dollars; none is refused), and every request is written to the ledger (PostgreSQL, started
 # by the benchmark: LLMGW_DATABASE_URL).
-BUDGETS_YAML = """\
+DOLLARS_YAML = """\
 tenancy:
   auth: disabled
   orgs: [{name: anonymous, limits: {usd_per_day: 1000000, usd_per_month: 10000000}}]
-ledger: {enabled: true}
 """
+LEDGER_YAML = "ledger: {enabled: true}\n"
 PRICE_YAML = "    price: {input_per_mtok: 0.5, output_per_mtok: 1.5}\n"
 
 
-def write_policy(path: Path, upstream_port: int, guardrails: bool = False, budgets: bool = False) -> None:
+def write_policy(
+    path: Path, upstream_port: int, guardrails: bool = False, budgets: str | None = None
+) -> None:
     """The spine gateway's policy: one pool over the upstream, no auth, no limits (with `guardrails`,
     every input guardrail on; with `budgets`, dollar budgets and the ledger)."""
     # No auth (it is on by default), hence the anonymous tenant with no limits: the in-memory
     # limiter with zero rules.
     extra = GUARDRAILS_YAML if guardrails else ""
     pools = pool_and_model_yaml(upstream_port)
-    if budgets:
+    if budgets is not None:  # "all": dollar budgets and the ledger; "dollars" or "ledger" alone
         pools = pools.replace("models:\n", PRICE_YAML + "models:\n", 1)
-        path.write_text(pools + BUDGETS_YAML + extra)
+        tenancy = DOLLARS_YAML if budgets in ("all", "dollars") else "tenancy: {auth: disabled}\n"
+        path.write_text(pools + tenancy + (LEDGER_YAML if budgets in ("all", "ledger") else "") + extra)
         return
     path.write_text(pools + "tenancy: {auth: disabled}\n" + extra)

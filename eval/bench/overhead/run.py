@@ -97,7 +97,7 @@ def _start(
     policy = work / "policy.yaml"
     write_policy(policy, up_port, guardrails=opts.guardrails, budgets=opts.budgets)
     gw_env = {"LLMGW_LOG_LEVEL": "warning"}
-    if opts.budgets:
+    if opts.budgets in ("all", "ledger"):
         # The ledger's PostgreSQL, on the load core with the upstream and the client.
         pg = stack.enter_context(PostgresServer(work))
         if opts.load_cpu is not None and pg.proc is not None:
@@ -376,10 +376,12 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     )
     p.add_argument(
         "--budgets",
-        action="store_true",
+        nargs="?",
+        const="all",
+        choices=["all", "dollars", "ledger"],
         help="the measured gateway charges dollar budgets and writes every request to the spend ledger "
-        "(a PostgreSQL the benchmark starts); with `--before .` the before side is the same checkout "
-        "without them: their added latency in one run",
+        "(a PostgreSQL the benchmark starts); `dollars` or `ledger` for one of them; with `--before .` "
+        "the before side is the same checkout without them: their added latency in one run",
     )
     p.add_argument("--out", type=Path, default=Path("bench-results/overhead.json"), help="JSON report path")
     p.add_argument("--serve-static", type=int, metavar="PORT", help=argparse.SUPPRESS)
