@@ -106,8 +106,10 @@ test: $(STAMP) k8s-tools redis-stack tiny-model agent-clis
 # costs the other two little. Then alone: integration (drain and failover timings) and conformance (two
 # vLLM servers, a core each). (The Redis topology tests at the end of the checks lane instead made the
 # whole run slower: 22:44 against 21:48, both fresh clones.)
+# (tests/e2e/test_spend_budgets.py waits 60 s on a stopped database, but its load bursts, two gateways
+# and PostgreSQL made the e2e lane's timing-sensitive tests fail beside it: it runs in the e2e lane.)
 E2E_WAITS := tests/e2e/limits/test_redis_faults.py tests/e2e/limits/test_redis_outage.py \
-	tests/e2e/limits/test_key_store_faults.py tests/e2e/test_spend_budgets.py
+	tests/e2e/limits/test_key_store_faults.py
 # `make run` then `make run VLLM=1` (two real vLLM servers, a core each): with conformance, not beside e2e.
 E2E_VLLM := tests/e2e/test_make_run_vllm.py
 test-lane-e2e:
