@@ -31,6 +31,7 @@ class Spend:
 
 
 NOTHING = Spend(0, ())
+NO_USD = (0, 0.0)  # an alias without a price: no dollars reserved
 
 
 def micro(price: Price, input_tokens: int, output_tokens: int, cached: int = 0) -> int:
@@ -82,6 +83,12 @@ class Pricing:
         if w is None:
             return 0
         return math.ceil(input_tokens * w[0] + output_tokens * w[1])
+
+    def admission(self, alias: str, input_tokens: int) -> tuple[int, float]:
+        """What an admission of `alias` reserves in dollars: its input at the worst price (micro-dollars,
+        rounded up) and the micro-dollars per output token its output is reserved at."""
+        w = self.worst.get(alias)
+        return (math.ceil(input_tokens * w[0]), w[1]) if w is not None else NO_USD
 
     def output_rate(self, alias: str) -> float:
         """Micro-dollars per output token at the alias's worst price (a stream's top-up)."""

@@ -12,7 +12,6 @@ and nothing reaches the client before it is granted.
 from __future__ import annotations
 
 import asyncio
-import math
 
 from gateway.budget.admission import Admissions, Ticket
 from gateway.budget.estimate import InputEstimates, InputSize
@@ -22,8 +21,6 @@ from gateway.observability.tracing import TraceHooks
 from gateway.record import Answer, Budget, RequestRecord, Speculation
 from gateway.relay.response_cache import BYPASS
 from gateway.routing.route import Route
-
-NO_USD = (0, 0.0)  # an alias without a price: no dollars reserved
 
 
 class Admit:
@@ -67,8 +64,7 @@ class Admit:
             estimate *= calls
         budget = req.budget = Budget(estimate, granted, topup)
         # Dollars: the input at the alias's highest price now, the output as it is reserved.
-        worst = self._pricing.worst.get(ask.alias)
-        usd = (math.ceil(estimate * worst[0]), worst[1]) if worst is not None else NO_USD
+        usd = self._pricing.admission(ask.alias, estimate)
         extra = (
             admissions.request_rules(who.tenant, ask.tags, ask.end_user)
             if ask.tags or ask.end_user is not None
