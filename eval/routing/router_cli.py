@@ -122,6 +122,58 @@ def register(parser: argparse.ArgumentParser) -> None:
     r.add_argument("--no-cache", action="store_true", help="do not read or write the embedding cache")
     r.set_defaults(func=_replay)
 
+    ts = sub.add_parser(
+        "train-success", help="train the multi-model success predictor (router/success.py) on routing files"
+    )
+    ts.add_argument("--data", nargs="+", required=True, metavar="FILE", help="routing JSONL file(s)")
+    ts.add_argument("--out", required=True, type=Path, help="artifact directory to write")
+    ts.add_argument(
+        "--exclude",
+        nargs="*",
+        default=[],
+        metavar="FILE",
+        help="drop training prompts that repeat one of these files' (verbatim or a shared 13-word n-gram)",
+    )
+    ts.add_argument("--seed", type=int, default=0, help="initialisation seed")
+    ts.add_argument("--latent", type=int, help="latent prompt dimensions (default: the recipe's)")
+    ts.add_argument("--no-cache", action="store_true", help="do not read or write the embedding cache")
+    ts.set_defaults(func=_train_success)
+
+    lo = sub.add_parser(
+        "loso",
+        help="leave-one-source-out APGR: the success predictor vs today's prior, per held-out source",
+    )
+    lo.add_argument("--data-dir", required=True, type=Path, help="directory of the shared routing files")
+    lo.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2], help="success predictor seeds")
+    lo.add_argument("--sources", nargs="*", default=[], help="only these held-out sources (default: all 7)")
+    lo.add_argument(
+        "--like",
+        nargs=2,
+        action="append",
+        default=[],
+        metavar=("MODEL", "TRAINED"),
+        help="score an untrained pair model as this trained one (repeatable)",
+    )
+    lo.add_argument("--out", type=Path, help="write loso.json and loso.md here")
+    lo.set_defaults(func=_loso)
+
+    ti = sub.add_parser(
+        "tiers", help="N priced tiers: cheapest tier within a tolerance of the best predicted success"
+    )
+    ti.add_argument("--model", type=Path, help="success predictor directory (default: the shipped one)")
+    ti.add_argument("--data", required=True, type=Path, help="routing JSONL file with every tier's outcome")
+    ti.add_argument(
+        "--tier",
+        nargs=2,
+        action="append",
+        required=True,
+        metavar=("MODEL", "USD_PER_CALL"),
+        help="a tier and its price per call, cheapest first (repeatable)",
+    )
+    ti.add_argument("--budget", type=float, default=0.4, help="cost share of the top tier to report at")
+    ti.add_argument("--out", type=Path, help="write tiers.json and tiers.png here")
+    ti.set_defaults(func=_tiers)
+
 
 def _error(exc: BaseException) -> int:
     print(f"error: {exc}", file=sys.stderr)
@@ -311,3 +363,136 @@ def _replay_seeds(
         runs.append(report)
         first = first or (ids, routed)
     return runs, first
+
+
+def _train_success(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from eval.routing.data import RoutingDataError
+    from eval.routing.success_train import SuccessConfig, train_success
+    from router.artifact_error import RouterArtifactError
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    cfg = SuccessConfig(seed=args.seed)
+    if args.latent is not None:
+        cfg = replace(cfg, latent=args.latent)
+    try:
+        path, info = train_success(
+            args.data,
+            args.out,
+            cfg,
+            exclude=args.exclude,
+            cache_dir=None if args.no_cache else Path(".cache/router-embeddings"),
+        )
+    except (RoutingDataError, RouterArtifactError, ValueError) as exc:
+        return _error(exc)
+    print(
+        f"success predictor written to {path}: {info['rows']} prompts, {info['pairs']} outcomes, "
+        f"{info['models']} models, sources {info['sources']}, dropped {info['dropped']}"
+    )
+    return 0
+
+
+def _loso(args: argparse.Namespace) -> int:
+    import json
+
+    from eval.routing.data import RoutingDataError
+    from eval.routing.success_eval import (
+        SOURCES,
+        evaluate_fold,
+        load_sources,
+        loso_table,
+        make_fold,
+        result_json,
+    )
+    from eval.routing.success_train import SuccessConfig
+    from router.artifact_error import RouterArtifactError
+    from router.encoder import Encoder
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    unknown = set(args.sources) - {s.name for s in SOURCES}
+    if unknown:
+        return _error(ValueError(f"unknown sources {sorted(unknown)}; known: {[s.name for s in SOURCES]}"))
+    cfg = SuccessConfig()
+    try:
+        encoder = Encoder.load(layers=cfg.layers)
+        loaded = load_sources(args.data_dir)
+    except (RoutingDataError, RouterArtifactError) as exc:
+        return _error(exc)
+    results = []
+    with Status("llmgw router loso") as status:
+        for source in SOURCES:
+            if args.sources and source.name not in args.sources:
+                continue
+            status.phase(f"holding out {source.name}: training both routers on the other sources")
+            result = evaluate_fold(make_fold(source, loaded), cfg, args.seeds, encoder, like=dict(args.like))
+            results.append(result)
+            print(
+                f"{source.name}: prior {result.prior:.4f}, new {[round(x, 4) for x in result.new]}, "
+                f"pair {dict(result.mapping)}",
+                flush=True,
+            )
+    table = loso_table(results)
+    print(table)
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        report = {"recipe": cfg.__repr__(), "seeds": args.seeds, "folds": [result_json(r) for r in results]}
+        (args.out / "loso.json").write_text(json.dumps(report, indent=2) + "\n")
+        (args.out / "loso.md").write_text(table + "\n")
+        print(f"wrote {args.out / 'loso.json'} and {args.out / 'loso.md'}")
+    return 0
+
+
+def _tiers(args: argparse.Namespace) -> int:
+    import json
+
+    from eval.routing.data import RoutingDataError, load_rows, rows_with_models, tier_outcomes
+    from eval.routing.embed_cache import DEFAULT_CACHE_DIR, embed_texts
+    from eval.routing.success_eval import plot_tiers, resolve, tier_report
+    from eval.routing.train import row_texts
+    from router.artifact_error import RouterArtifactError
+    from router.encoder import Encoder
+    from router.success import load_success_model
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    names = [m for m, _ in args.tier]
+    try:
+        prices = [float(p) for _, p in args.tier]
+        model = load_success_model(args.model)
+        if model.encoder is None:
+            raise RouterArtifactError("success predictor records no encoder")
+        encoder = Encoder.load(layers=model.encoder.layers)
+        model.check_encoder(encoder.identity)
+        rows, dropped = rows_with_models(load_rows(args.data), names)
+        texts = row_texts(rows)
+        emb = embed_texts(encoder, texts, model.max_tokens, cache_dir=DEFAULT_CACHE_DIR)
+        columns = [model.index(resolve(m, model.models)[0]) for m in names]
+        p = model.predict(emb, texts)[:, columns]
+        report = tier_report(p, tier_outcomes(rows, names).score, names, prices, args.budget)
+    except (RoutingDataError, RouterArtifactError, ValueError, KeyError) as exc:
+        return _error(exc)
+    print(
+        f"{len(rows)} rows ({dropped} lacked a tier); prices per call {dict(zip(names, prices, strict=True))}"
+    )
+    for m, (c, q) in report.single.items():
+        print(f"  {m} only: cost {c:.3f}, quality {q:.4f}")
+    print(f"  oracle: cost {report.oracle[0]:.3f}, quality {report.oracle[1]:.4f}")
+    print(f"share of {names[-1]} quality at {report.budget:.0%} of its cost:")
+    for k, v in report.at_budget.items():
+        print(f"  {k}: {v:.4f}")
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        out = {
+            "data": str(args.data),
+            "rows": len(rows),
+            "tiers": dict(zip(names, prices, strict=True)),
+            "single": report.single,
+            "oracle": report.oracle,
+            "at_budget": report.at_budget,
+            "policy": report.policy,
+            "two_tier": report.two_tier,
+            "model": str(args.model or "shipped"),
+        }
+        (args.out / "tiers.json").write_text(json.dumps(out, indent=2) + "\n")
+        print(f"wrote {args.out / 'tiers.json'} and {plot_tiers(report, args.out / 'tiers.png')}")
+    return 0
