@@ -10,6 +10,10 @@ everything that is local to one routed alias.
       - {pool: yi}
       - {pool: gpt4}
     difficulty: {thresholds: [0.3, 0.8]}   # optional; default: the router artifact's calibration
+    # or, instead of `difficulty`, the N-tier success policy (docs/design/033-n-tier-policy.md):
+    # each tier names the model of the success predictor's data it behaves like (`like:`), and a
+    # request starts at the cheapest tier whose predicted success is within `tolerance` of the best.
+    # success: {tolerance: 0.05}
     cascade:
       scorers: [{kind: agreement, mode: tiers, accept_threshold: 0.5}]
       max_escalations: 2
@@ -51,6 +55,13 @@ class Tier(_Frozen):
     price: Price | None = Field(None, description="overrides the pool's price for this alias")
     typical_latency_ms: float | None = Field(
         None, gt=0, description="expected end-to-end time of one call; used against the latency budget"
+    )
+    like: str | None = Field(
+        None,
+        min_length=1,
+        description="the model of the success predictor's training data this tier's pool behaves like "
+        "(e.g. Meta-Llama-3.1-8B-Instruct; checked against the artifact's models at start-up); "
+        "needed by `success`",
     )
 
 
@@ -131,6 +142,40 @@ class Difficulty(_Frozen):
         if t is not None and (any(not 0 <= x <= 1 for x in t) or list(t) != sorted(t)):
             raise ValueError(f"thresholds must be ascending values in [0, 1], got {list(t)}")
         return self
+
+
+class Success(_Frozen):
+    """The N-tier success policy (router/tiers.py): a success predictor gives, per request, the
+    probability that each tier's model answers correctly; the request starts at the cheapest tier whose
+    probability is within `tolerance` of the best tier's. Tiers are ordered cheap -> strong, so the
+    cheapest qualifying tier is the first one."""
+
+    model: str | None = Field(
+        None, description="success predictor artifact directory; default: the one the package ships"
+    )
+    tolerance: float = Field(
+        0.05,
+        ge=0,
+        le=1,
+        description="a tier qualifies when its predicted success is >= the best tier's minus this",
+    )
+    target_strong_share: float | None = Field(
+        None,
+        ge=0,
+        le=1,
+        description="learn the tolerance from live traffic so that this share of requests starts at the "
+        "strongest tier (`tolerance` is used until `calibration.min_samples` requests are seen); "
+        "unset: the tolerance is fixed",
+    )
+    calibration: LiveCalibration | None = Field(
+        default_factory=LiveCalibration,
+        description="how the tolerance is learnt with target_strong_share (`null` = keep `tolerance`)",
+    )
+    on_unavailable: Literal["refuse", "fallback"] = Field(
+        "refuse",
+        description="the predictor or the encoder cannot be loaded: refuse to start, or start every "
+        "request at `fallback_tier` (logged and exported as llmgw_router_fallback)",
+    )
 
 
 class LogprobScorer(_Frozen):
@@ -217,6 +262,10 @@ class Explore(_Frozen):
 class RoutingPolicy(_Frozen):
     tiers: tuple[Tier, ...] = Field(min_length=1, description="cheap -> strong; the last is the strong one")
     difficulty: Difficulty | None = None
+    success: Success | None = Field(
+        None,
+        description="start by per-tier predicted success instead of difficulty (every tier needs `like`)",
+    )
     cascade: Cascade | None = Field(None, description="absent: route only (one tier, failover upwards)")
     explore: Explore | None = Field(None, description="bounded exploration of cheap-routed requests")
     latency_budget_ms: float | None = Field(
@@ -244,6 +293,15 @@ class RoutingPolicy(_Frozen):
             and len(self.difficulty.thresholds) != n - 1
         ):
             raise ValueError(f"{n} tiers need {n - 1} difficulty thresholds")
+        if self.success is not None:
+            if self.difficulty is not None:
+                # Two sources for one start tier would leave one of them silently unused.
+                raise ValueError("give difficulty or success, not both: each picks the start tier")
+            unlike = [t.pool for t in self.tiers if t.like is None]
+            if unlike:
+                raise ValueError(
+                    f"success needs every tier to say which model it is like (`like:`); missing on {unlike}"
+                )
         for flag, tier in self.risk_floor.items():
             if not 0 <= tier < n:
                 raise ValueError(f"risk_floor[{flag!r}] = {tier} is not a tier index (0..{n - 1})")
@@ -251,8 +309,17 @@ class RoutingPolicy(_Frozen):
             raise ValueError(f"fallback_tier {self.fallback_tier} is not a tier index (0..{n - 1})")
         if self.explore is not None and n < 2:
             raise ValueError("explore needs at least two tiers (a cheap one to check against the strong one)")
+        problem = self.price_order_problem()
+        if problem is not None:
+            raise ValueError(problem)
+        return self
+
+    def price_order_problem(self) -> str | None:
+        """Why the priced tiers are not ordered cheap -> strong (None: they are). Checked on the YAML's
+        own prices here, and again by the gateway once pools' prices are filled in for a policy whose
+        start tier depends on it (`success`: "the cheapest tier" is the first qualifying one)."""
         prices = [t.price for t in self.tiers]
-        for i in range(n - 1):
+        for i in range(len(prices) - 1):
             a, b = prices[i], prices[i + 1]
             if (
                 a is not None
@@ -260,10 +327,8 @@ class RoutingPolicy(_Frozen):
                 and a.output_per_mtok + a.input_per_mtok > (b.output_per_mtok + b.input_per_mtok)
             ):
                 # A cascade only saves money when it tries cheaper tiers first.
-                raise ValueError(
-                    f"tiers must be ordered cheap -> strong: tier {i} costs more than tier {i + 1}"
-                )
-        return self
+                return f"tiers must be ordered cheap -> strong: tier {i} costs more than tier {i + 1}"
+        return None
 
     def with_prices(self, prices: dict[str, Price | None]) -> RoutingPolicy:
         """Fill tiers without a price from the pools' prices (pool name -> price)."""

@@ -20,6 +20,12 @@ per row in runs of 2-8 (doc 008).
 
 Loading checks the artifact (router/artifact.py) and that the encoder on this machine produces the
 probe embedding the head was trained with; any fault is a `RouterArtifactError` naming the path.
+
+The same thread serves the N-tier success predictor (router/success.py, policy in router/tiers.py):
+`SuccessScorer.assess` queues its text on this model's batcher with its own batch function, which
+embeds the text (with this model's encoder when the predictor was trained on the same variant) and
+runs the predictor's one numpy call right after, in the same drain: no second thread, no extra hop
+back to the loop. A success request does not run the difficulty head (its start tier does not read it).
 """
 
 from __future__ import annotations
@@ -29,10 +35,11 @@ import hashlib
 import os
 import threading
 from collections import OrderedDict, deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -42,7 +49,18 @@ from router.artifact_error import RouterArtifactError
 from router.encoder import PROBE_MIN_COSINE, PROBE_TEXT, Encoder, probe_cosine
 from router.text import request_text
 
-__all__ = ["DEFAULT_MAX_BATCH", "Assessment", "DifficultyModel", "RouterArtifactError", "request_text"]
+if TYPE_CHECKING:
+    from router.tiers import SuccessPredictor
+
+__all__ = [
+    "DEFAULT_MAX_BATCH",
+    "Assessment",
+    "DifficultyModel",
+    "RouterArtifactError",
+    "SuccessAssessment",
+    "SuccessScorer",
+    "request_text",
+]
 
 
 # One request per head call by default: a batch answers its first caller only after the others'
@@ -58,16 +76,21 @@ def _text_key(text: str) -> bytes:
 
 # (difficulty, the L2-normalized prompt embedding it was computed from): the outcome memory's key.
 Assessment = tuple[float, npt.NDArray[np.float32]]
+# (success probability of every model the predictor knows, the embedding it was computed from).
+SuccessAssessment = tuple[npt.NDArray[np.float64], npt.NDArray[np.float32]]
+# What the inference thread runs for a batch of texts: one result per text, in order.
+BatchFn = Callable[[Sequence[str]], Sequence[Any]]
 
 
 @dataclass(slots=True)
 class _Job:
     text: str
-    future: asyncio.Future[Assessment]
+    future: asyncio.Future[Any]
     loop: asyncio.AbstractEventLoop
+    run: BatchFn
 
 
-def _resolve(jobs: Sequence[_Job], values: Sequence[Assessment] | BaseException) -> None:
+def _resolve(jobs: Sequence[_Job], values: Sequence[Any] | BaseException) -> None:
     """On the caller's loop: asyncio futures may only be completed from their own loop's thread."""
     for i, job in enumerate(jobs):
         if job.future.done():  # the caller was cancelled meanwhile
@@ -78,7 +101,7 @@ def _resolve(jobs: Sequence[_Job], values: Sequence[Assessment] | BaseException)
             job.future.set_result(values[i])
 
 
-def _hand_back(jobs: Sequence[_Job], result: Sequence[Assessment] | BaseException) -> None:
+def _hand_back(jobs: Sequence[_Job], result: Sequence[Any] | BaseException) -> None:
     """From the inference thread: each caller's loop completes its own callers' futures."""
     for loop in {job.loop for job in jobs}:
         mine = [i for i, job in enumerate(jobs) if job.loop is loop]
@@ -107,9 +130,10 @@ class _Batcher:
         self._pending: deque[_Job] = deque()
         self._draining = False
 
-    def submit(self, text: str) -> asyncio.Future[Assessment]:
+    def submit(self, text: str, run: BatchFn) -> asyncio.Future[Any]:
+        """Queue `text` for `run` (a batch function: texts -> one result each) on the inference thread."""
         loop = asyncio.get_running_loop()
-        job = _Job(text, loop.create_future(), loop)
+        job = _Job(text, loop.create_future(), loop, run)
         with self._lock:
             self._pending.append(job)
             start, self._draining = not self._draining, True
@@ -129,16 +153,20 @@ class _Batcher:
                 if not self._pending:
                     self._draining = False
                     return
-                take = min(len(self._pending), self._model.max_batch)
-                batch = [self._pending.popleft() for _ in range(take)]
+                # A batch is the run of queued jobs with the first one's batch function (difficulty or
+                # success): each function scores its own batch, and the queue stays first-come.
+                pending, run = self._pending, self._pending[0].run
+                batch: list[_Job] = []
+                while pending and len(batch) < self._model.max_batch and pending[0].run == run:
+                    batch.append(pending.popleft())
             # Cancelled callers are not scored. `done()` read off-loop can only lag: a caller cancelled
             # just after this check is scored and its result dropped by `_resolve`.
             live = [job for job in batch if not job.future.done()]
             if not live:
                 continue
-            result: list[Assessment] | BaseException
+            result: Sequence[Any] | BaseException
             try:
-                result = self._model.assess_many([job.text for job in live])
+                result = run([job.text for job in live])
             except Exception as exc:  # delivered to every caller of this batch
                 result = exc
             _hand_back(live, result)
@@ -246,14 +274,82 @@ class DifficultyModel:
         if cached is not None:
             self._cache.move_to_end(key)
             return cached
-        value = await self._batcher.submit(text)
+        value: Assessment = await self._batcher.submit(text, self.assess_many)
         if self._cache_size > 0:
             self._cache[key] = value
             if len(self._cache) > self._cache_size:
                 self._cache.popitem(last=False)
         return value
 
+    def submit(self, text: str, run: BatchFn) -> asyncio.Future[Any]:
+        """Run `run([text, ...])` on this model's inference thread, batched with other callers of the
+        same function (the success predictor's serving, below)."""
+        return self._batcher.submit(text, run)
+
     def close(self) -> None:
         self.executor.shutdown(wait=True, cancel_futures=True)
         self._batcher.fail_pending()
         self._cache.clear()
+
+
+class SuccessScorer:
+    """The success predictor served on a DifficultyModel's inference thread: text -> the success
+    probability of every model the predictor knows (a routed alias picks its tiers' columns).
+
+    Build with `load` at start-up (one per predictor artifact, shared by the aliases that use it);
+    closing the DifficultyModel ends it too."""
+
+    def __init__(
+        self,
+        model: DifficultyModel,
+        predictor: SuccessPredictor,
+        encoder: Encoder,
+        max_tokens: int,
+        *,
+        cache_size: int = 4096,
+    ) -> None:
+        self.model = model  # whose thread, batcher and (usually) encoder this runs on
+        self.predictor = predictor
+        self.encoder = encoder
+        self.max_tokens = max_tokens
+        self._cache_size = cache_size
+        self._cache: OrderedDict[bytes, SuccessAssessment] = OrderedDict()
+
+    @classmethod
+    def load(
+        cls, model: DifficultyModel, path: str | Path | None = None, *, cache_size: int = 4096
+    ) -> SuccessScorer:
+        """The predictor at `path` (None: the shipped one) on `model`'s thread. Its embeddings come from
+        `model`'s encoder when the predictor was trained on the same variant, else from that variant
+        of the same export (loaded here); either way the predictor checks the live encoder's identity
+        and probe (RouterArtifactError: it would route on another encoder's noise)."""
+        from router.success import load_success_model
+
+        predictor = load_success_model(Path(path) if path is not None else None)
+        trained, encoder = predictor.encoder, model.encoder
+        if trained is not None and trained.layers != encoder.identity.layers:
+            encoder = Encoder.load(encoder.path, layers=trained.layers)
+        predictor.check_encoder(encoder.identity, encoder.embed_one(PROBE_TEXT, max_tokens=64).tolist())
+        return cls(model, predictor, encoder, predictor.max_tokens, cache_size=cache_size)
+
+    def assess_many(self, texts: Sequence[str]) -> list[SuccessAssessment]:
+        """Blocking: per-model probabilities and embedding of each text (on the inference thread)."""
+        if not texts:
+            return []
+        emb = np.asarray(self.encoder.embed(texts, self.max_tokens), dtype=np.float32)
+        probs = np.asarray(self.predictor.predict(emb, texts), dtype=np.float64)
+        return [(probs[i], emb[i]) for i in range(len(texts))]
+
+    async def assess(self, text: str) -> SuccessAssessment:
+        """Off the event loop, cached by text like DifficultyModel.assess."""
+        key = _text_key(text)
+        cached = self._cache.get(key)
+        if cached is not None:
+            self._cache.move_to_end(key)
+            return cached
+        value: SuccessAssessment = await self.model.submit(text, self.assess_many)
+        if self._cache_size > 0:
+            self._cache[key] = value
+            if len(self._cache) > self._cache_size:
+                self._cache.popitem(last=False)
+        return value

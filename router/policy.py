@@ -10,6 +10,9 @@ Semantics, in the order they apply:
    points it reaches: difficulty >= t[i] means "above tier i". Without a difficulty (no router model,
    or a request the router cannot score) the start is `fallback_tier` (default the cheapest tier; with
    a cascade the cheap tier is the sensible start: the scorer, not the prompt, then decides).
+   A policy with `success` starts instead from per-tier predicted success (`success`, `tolerance`):
+   the cheapest tier within the tolerance of the best (router/tiers.py); without probabilities, at
+   `fallback_tier` (note `no_success`). `difficulty` is then only what the header reports.
 2. Risk flags raise the start to the highest `risk_floor` of the flags present (e.g. a tenant that
    must not be answered by a small model).
 3. Allowed tiers (the caller's key may use only some pools): the tiers from the start up are cut to
@@ -38,6 +41,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 
 from router.config import RoutingPolicy
 from router.plan import Call, Plan, Step
+from router.tiers import success_start
 
 
 def resolve_thresholds(
@@ -116,15 +120,28 @@ def plan_route(
     risk_flags: Collection[str] = (),
     streaming: bool = False,
     allowed_tiers: Collection[int] | None = None,
+    success: Sequence[float] | None = None,
+    tolerance: float | None = None,
 ) -> Plan:
     """The ordered plan for one request (see the module docstring for the rules).
 
-    `allowed_tiers` (None: all) must hold at least one tier of the policy (ValueError otherwise)."""
+    `allowed_tiers` (None: all) must hold at least one tier of the policy (ValueError otherwise).
+    `success` (one probability per tier) and `tolerance` (default: the policy's) are read only when the
+    policy has a `success` section."""
     n = len(policy.tiers)
     notes: list[str] = []
-    start = start_tier(policy, difficulty, thresholds)
-    if difficulty is None:
-        notes.append("no_difficulty")
+    if policy.success is not None:
+        tol = policy.success.tolerance if tolerance is None else tolerance
+        picked = success_start(success, tol) if success is not None and len(success) == n else None
+        if picked is None:
+            start = policy.fallback_tier if policy.fallback_tier is not None else 0
+            notes.append("no_success")
+        else:
+            start = picked
+    else:
+        start = start_tier(policy, difficulty, thresholds)
+        if difficulty is None:
+            notes.append("no_difficulty")
     floors = [policy.risk_floor[f] for f in risk_flags if f in policy.risk_floor]
     if floors and max(floors) > start:
         start = max(floors)

@@ -1,7 +1,7 @@
 """Serving benchmark of the difficulty router: decision latency and event-loop lag on one core.
 
     python -m eval.routing.bench_serving [--rates 50 100 150] [--callers 16] [--seconds 10]
-                                         [--max-batch 1 16] [--rounds 5]
+                                         [--max-batch 1 16] [--rounds 5] [--success [DIR] | --no-success]
     make bench-router
 
 The process pins itself to one CPU (`os.sched_setaffinity`) with one onnxruntime and one BLAS thread,
@@ -15,6 +15,11 @@ A/B in one run: each `--max-batch` value is a serving configuration (one model e
 loaded artifact and encoder). Every rate's `--seconds` is cut into `--rounds` slices per configuration,
 run alternately (order reversed every other round), so other processes on a shared machine load every
 configuration alike. Compare configurations within a run; absolute figures move with the machine.
+With a success predictor (router/artifacts/success, or `--success DIR`; `--no-success` skips it), every
+`--max-batch` value is run twice, as the difficulty policy (`head`: encoder + difficulty head, the
+decision as it is today) and as the N-tier success policy (`success`: encoder + the predictor's one
+numpy call on the same thread, then router.tiers over three tiers), interleaved the same way: the
+before/after of issue 45's hot path in one run. Either decision includes its `plan_route` call.
 Callers send only inside the window and the window is the denominator (earlier versions waited out
 each caller's last think time past the deadline, and sent after it: throughput and CPU share were
 diluted by up to the longest of 16 think times, ~1 s at 50 req/s).
@@ -96,20 +101,73 @@ Spans = dict[int, tuple[float, float, float]]
 
 
 def _instrument(model: Any) -> Spans:
-    """Time every batch on the inference thread. Two clock reads per batch: negligible next to it."""
-    spans: Spans = {}
-    original = model.score_many
+    """Time every batch on the inference thread. Two clock reads per batch: negligible next to it.
 
-    def timed(texts: list[str]) -> list[float]:
+    Wraps `assess_many`, the batch function the inference thread runs (DifficultyModel and
+    SuccessScorer both queue `self.assess_many`, read when a request is queued)."""
+    spans: Spans = {}
+    original = model.assess_many
+
+    def timed(texts: list[str]) -> list[Any]:
         start, cpu = time.perf_counter(), time.thread_time()
-        out: list[float] = original(texts)
+        out: list[Any] = original(texts)
         end, per = time.perf_counter(), (time.thread_time() - cpu) / max(len(texts), 1)
         for text in texts:
             spans[id(text)] = (start, end, per)
         return out
 
-    model.score_many = timed
+    model.assess_many = timed
     return spans
+
+
+# The three tiers of the success configuration, cheap -> strong, when the predictor knows them (issue
+# 45's MMLU-Pro example); otherwise its first, middle and last columns. The decision's cost does not
+# depend on which columns are read.
+SUCCESS_TIERS = ("Meta-Llama-3.1-8B-Instruct", "Meta-Llama-3.1-70B-Instruct", "gpt-4o-2024-05-13")
+
+
+class Decider:
+    """One serving configuration's decision for one request, as the gateway makes it: the model call
+    off the loop (`assess_many` on the inference thread, timed by `_instrument`), then the plan."""
+
+    def __init__(self, kind: str, scorer: Any, decide: Any) -> None:
+        self.kind = kind
+        self.scorer = scorer  # what `assess` is awaited on and `_instrument` wraps
+        self._decide = decide
+
+    async def __call__(self, text: str) -> int:
+        return int(self._decide(await self.scorer.assess(text)))
+
+
+def head_decider(model: Any) -> Decider:
+    from router.config import RoutingPolicy
+    from router.policy import plan_route
+
+    policy = RoutingPolicy.model_validate({"tiers": [{"pool": "cheap"}, {"pool": "strong"}]})
+    cut = (model.thresholds.get(0.3, 0.7),)
+    return Decider("head", model, lambda a: plan_route(policy, a[0], thresholds=cut).start_tier)
+
+
+def success_decider(scorer: Any) -> Decider:
+    from router.config import RoutingPolicy
+    from router.policy import plan_route
+    from router.tiers import tier_columns, tier_probabilities
+
+    known = scorer.predictor.models
+    names = (
+        list(SUCCESS_TIERS)
+        if all(m in known for m in SUCCESS_TIERS)
+        else [known[0], known[len(known) // 2], known[-1]]
+    )
+    policy = RoutingPolicy.model_validate(
+        {"tiers": [{"pool": f"t{i}", "like": m} for i, m in enumerate(names)], "success": {"tolerance": 0.05}}
+    )
+    columns = tier_columns(scorer.predictor, names)
+    return Decider(
+        "success",
+        scorer,
+        lambda a: plan_route(policy, None, success=tier_probabilities(a[0], columns)).start_tier,
+    )
 
 
 @dataclass
@@ -158,7 +216,7 @@ class Samples:
 
 
 async def run_slice(
-    model: Any,
+    decide: Any,
     spans: Spans,
     prompts: list[str],
     rate: float,
@@ -168,7 +226,6 @@ async def run_slice(
     tick: float = 0.001,
     seed: int = 0,
 ) -> None:
-    threshold = model.thresholds.get(0.3, 0.7)
     stop = asyncio.Event()
     # One clock reading starts the window and sets its end, so the measured window is never shorter.
     started, cpu_started = time.perf_counter(), time.process_time()
@@ -189,8 +246,7 @@ async def run_slice(
             # spans are keyed by object identity. Built before the clock starts.
             text = prompt[:1] + prompt[1:]
             t0 = time.perf_counter()
-            difficulty = await model.score(text)
-            _strong = difficulty >= threshold  # the decision the gateway makes
+            await decide(text)  # the model off the loop, then the plan: the gateway's decision
             t1 = time.perf_counter()
             out.latency.append(t1 - t0)
             start, end, cpu = spans.pop(id(text))
@@ -222,18 +278,19 @@ async def idle_lag(seconds: float) -> dict[str, Any]:
     return {"p99_ms": round(_pct(ms, 99), 2), "max_ms": round(max(ms), 2) if ms else None}
 
 
-def sequential(model: Any, prompts: list[str], n: int = 200) -> dict[str, Any]:
+def sequential(assess_many: Any, prompts: list[str], n: int = 200) -> dict[str, Any]:
+    """One text at a time on this thread, no load: the model's own cost per decision."""
     ms = []
     for text in prompts[:n]:
         t0 = time.perf_counter()
-        model.score_sync(text)
+        assess_many([text])
         ms.append((time.perf_counter() - t0) * 1000)
     return {"p50_ms": round(_pct(ms, 50), 2), "p99_ms": round(_pct(ms, 99), 2), "n": len(ms)}
 
 
-def _line(rate: float, max_batch: int, callers: int, r: dict[str, Any]) -> str:
+def _line(rate: float, config: str, callers: int, r: dict[str, Any]) -> str:
     return (
-        f"rate {rate:>4.0f}/s x{callers} batch<={max_batch:<3}: {r['decisions']} decisions, "
+        f"rate {rate:>4.0f}/s x{callers} {config:<16}: {r['decisions']} decisions, "
         f"{r['throughput']}/s, CPU share {r['cpu_share']}  P50 {r['p50_ms']} ms  P90 {r['p90_ms']} ms  "
         f"P99 {r['p99_ms']} ms  max {r['max_ms']} ms  loop lag p99 {r['loop_lag_p99_ms']} ms "
         f"max {r['loop_lag_max_ms']} ms  queue P50/P99 {r['queue_p50_ms']}/{r['queue_p99_ms']} ms  "
@@ -261,18 +318,37 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--tick-ms", type=float, default=1.0, help="loop-lag ticker period (it costs CPU too)"
     )
+    parser.add_argument(
+        "--success",
+        nargs="?",
+        const="",
+        default="",
+        help="success predictor directory for the `success` configurations (default: the shipped one, "
+        "when present)",
+    )
+    parser.add_argument("--no-success", action="store_true", help="difficulty head configurations only")
     parser.add_argument("--out", type=Path, default=Path("bench-results/router-serving.json"))
     args = parser.parse_args(argv)
     _pin(args.cpu)
 
-    from router.difficulty import DEFAULT_MAX_BATCH, DifficultyModel
+    from router.difficulty import DEFAULT_MAX_BATCH, DifficultyModel, SuccessScorer
+    from router.success import default_success_dir
 
     base = DifficultyModel.load(args.model, cache_size=0)
-    models = {
+    threads = {
         mb: DifficultyModel(base.artifact, base.encoder, cache_size=0, max_batch=mb)
         for mb in args.max_batch or [DEFAULT_MAX_BATCH]
     }
-    spans = {mb: _instrument(m) for mb, m in models.items()}
+    success_dir = Path(args.success) if args.success else default_success_dir()
+    with_success = not args.no_success and (bool(args.success) or success_dir.is_dir())
+    deciders: dict[str, Decider] = {}
+    for mb, thread in threads.items():
+        deciders[f"head batch<={mb}"] = head_decider(thread)
+        if with_success:
+            # No cache: every call runs the encoder and the predictor, like the head's.
+            scorer = SuccessScorer.load(thread, success_dir, cache_size=0)
+            deciders[f"success batch<={mb}"] = success_decider(scorer)
+    models = deciders  # the configurations, interleaved per rate
     results: list[dict[str, Any]] = []
     try:
         prompts = load_prompts(args.data, base, args.max_prompt_tokens, limit=5000)
@@ -280,46 +356,55 @@ def main(argv: list[str] | None = None) -> int:
             print("error: no prompts found in --data", file=sys.stderr)
             return 2
         print(f"{base.identity}; {len(prompts)} prompts <= {args.max_prompt_tokens} tokens; CPU {args.cpu}")
-        warm = sequential(base, prompts, 50)
-        solo = sequential(base, prompts, 300)
-        print(
-            f"sequential (no load): P50 {solo['p50_ms']} ms  P99 {solo['p99_ms']} ms  "
-            f"(warm-up {warm['p50_ms']})"
-        )
+        solos: dict[str, dict[str, Any]] = {}
+        for kind, d in {d.kind: d for d in models.values()}.items():
+            warm = sequential(d.scorer.assess_many, prompts, 50)
+            solo = solos[kind] = sequential(d.scorer.assess_many, prompts, 300)
+            print(
+                f"sequential {kind} (no load): P50 {solo['p50_ms']} ms  P99 {solo['p99_ms']} ms  "
+                f"(warm-up {warm['p50_ms']})"
+            )
+        spans = {name: _instrument(d.scorer) for name, d in deciders.items()}  # after the solo runs
         idle = asyncio.run(idle_lag(min(args.seconds, 5.0)))
         print(f"loop lag with no routing (machine noise): p99 {idle['p99_ms']} ms  max {idle['max_ms']} ms")
         slice_seconds = args.seconds / max(args.rounds, 1)
         for rate in args.rates:
-            samples = {mb: Samples() for mb in models}
+            samples = {name: Samples() for name in models}
             for round_no in range(max(args.rounds, 1)):
                 order = list(models) if round_no % 2 == 0 else list(models)[::-1]
-                for mb in order:
+                for name in order:
                     asyncio.run(
                         run_slice(
-                            models[mb],
-                            spans[mb],
+                            models[name],
+                            spans[name],
                             prompts,
                             rate,
                             args.callers,
                             slice_seconds,
-                            samples[mb],
+                            samples[name],
                             args.tick_ms / 1000,
                             # Same seed for every configuration in a round: the same arrivals and
                             # prompts, so configurations differ only by what they do with them.
                             seed=int(rate) * 100 + round_no,
                         )
                     )
-            for mb in models:
-                r = {"offered_rate": rate, "callers": args.callers, "max_batch": mb, **samples[mb].summary()}
+            for name, d in models.items():
+                r = {
+                    "offered_rate": rate,
+                    "callers": args.callers,
+                    "config": name,
+                    "policy": d.kind,
+                    **samples[name].summary(),
+                }
                 results.append(r)
-                print(_line(rate, mb, args.callers, r))
+                print(_line(rate, name, args.callers, r))
     finally:
-        for m in models.values():
+        for m in threads.values():
             m.close()
         base.close()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(
-        json.dumps({"model": base.identity, "sequential": solo, "idle_lag": idle, "load": results}, indent=2)
+        json.dumps({"model": base.identity, "sequential": solos, "idle_lag": idle, "load": results}, indent=2)
         + "\n"
     )
     print(f"wrote {args.out}")

@@ -293,7 +293,8 @@ class Metrics(LearningMetrics):
         )
         self.router_live_cut = Gauge(
             "llmgw_router_live_cut",
-            "The difficulty cut a routed alias's live calibration uses now (NaN: the artifact's cut)",
+            "The difficulty cut a routed alias's live calibration uses now (NaN: the artifact's cut); "
+            "for a `success` policy the learnt tolerance (NaN: the configured one)",
             ["model"],
             registry=r,
         )

@@ -2,7 +2,8 @@
 
 Off unless `LLMGW_REQUEST_LOG=true`. A line carries ids (request id, org, app, key id: never the
 key), the endpoint, alias, answering pool, routing decision of routed aliases (difficulty, cascade,
-start tier, escalations), status, tokens, latencies (TTFT, TPOT, end-to-end), cost and the SLO
+start tier, escalations; with a `success` policy also the per-tier predicted success, the tiers' pools
+and the tolerance used), status, tokens, latencies (TTFT, TPOT, end-to-end), cost and the SLO
 verdict, and the guardrails that acted (category, action, where in the body; never the matched
 text). Prompt and response text are added only with `LLMGW_REQUEST_LOG_TEXT=true`, and then only
 after `gateway.observability.redact` has replaced e-mail addresses, phone and card numbers, API keys

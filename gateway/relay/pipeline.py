@@ -417,11 +417,14 @@ class Relay:
                 route = req.route = self._reroute(req, ask, route, pools)
             return route
         x = req.http
-        with self._trace.span("routing"):
+        with self._trace.span("routing") as span:
             org = req.who.tenant.org if req.who is not None else ""
             decided = req.decided = await self._routes.decide(
                 x.kind, ask.alias, ask.body, x.headers, pools, org
             )
+            if span is not None and decided.success is not None:  # a success policy: per tier
+                span.set_attribute("llmgw.route.success", list(decided.success))
+                span.set_attribute("llmgw.route.tolerance", decided.tolerance)
         route = req.route = decided.first
         if decided.direct and route.slo is not None and route.slo.action == "reroute":
             moved = req.route = self._reroute(req, ask, route, pools)
@@ -430,11 +433,18 @@ class Relay:
                 route = moved
         obs = req.obs
         if obs is not None and obs.notes is not None:
-            obs.notes["route"] = {
+            notes: dict[str, Any] = {
                 "difficulty": decided.difficulty,
                 "cascade": decided.plan.cascade,
                 "start": route.pool.config.name,
             }
+            if decided.success is not None:
+                # Per tier, cheap -> strong, beside the tiers' pools: which tier was within the
+                # tolerance of the best is readable from the line alone.
+                notes["success"] = [round(p, 4) for p in decided.success]
+                notes["tiers"] = list(decided.alias.pools)
+                notes["tolerance"] = decided.tolerance
+            obs.notes["route"] = notes
         return route
 
     def _reroute(self, req: RequestRecord, ask: Ask, route: Route, pools: frozenset[str]) -> Route:

@@ -16,6 +16,14 @@ Start-up (`build_routed`): a policy with a `difficulty` section needs the router
 artifact is missing or corrupt the gateway refuses to start with the reason, unless the policy says
 `on_unavailable: fallback`; then every request starts at `fallback_tier`, a warning is logged and
 `llmgw_router_fallback{model}` is 1, so it is never silent.
+
+A policy with a `success` section (the N-tier policy, router/tiers.py) loads the success predictor
+instead, served on a difficulty model's inference thread (router.difficulty.SuccessScorer; the first
+one loaded, else the shipped one): every tier's `like` must name a model of the predictor (else the
+gateway refuses to start, whatever `on_unavailable` says: that is a mistake in the file), and the tiers'
+prices, pools' included, must be ordered cheap -> strong ("the cheapest tier within tolerance" is the
+first). Per request the start tier comes from the per-tier probabilities; the header carries
+1 - p(cheapest tier) as the difficulty; the probabilities go to the routing span and the request log.
 """
 
 from __future__ import annotations
@@ -37,6 +45,7 @@ from router.plan import Answer, Call, Plan, total_tokens
 from router.policy import plan_route, resolve_thresholds
 from router.scorers import ScorerArtifactError, TrainedAnswerScorer
 from router.text import request_text
+from router.tiers import header_difficulty, strong_gap, tier_columns, tier_probabilities
 
 if TYPE_CHECKING:
     import numpy as np
@@ -45,7 +54,7 @@ if TYPE_CHECKING:
     from gateway.routing.learning import Learning
     from router.calibration import LiveCalibration
     from router.cost_guard import CostGuard
-    from router.difficulty import DifficultyModel
+    from router.difficulty import DifficultyModel, SuccessScorer
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +65,9 @@ class Planned:
     difficulty: float | None
     prompt: str  # the text the cascade's scorers and the judges see (the last user turn)
     embedding: npt.NDArray[np.float32] | None  # the prompt's embedding, with an outcome memory only
+    # A success policy's per-tier predicted success (cheap -> strong) and the tolerance it used.
+    success: tuple[float, ...] | None = None
+    tolerance: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +86,10 @@ class RoutedAlias:
     guard: CostGuard | None = None
     # The outcome memory and exploration (gateway.routing.learning; bound by the route table).
     learning: Learning | None = None
+    # The success policy: its predictor on the model thread, and each tier's column in its output.
+    # With `success` in the policy, `calibration` learns the tolerance (router/tiers.py).
+    success: SuccessScorer | None = None
+    columns: tuple[int, ...] = ()
 
     def settle_cost(self, answers: Sequence[Answer], accepted: Answer, escalated: bool) -> None:
         """Feed the cost guard one finished cascade: what its calls cost against what the strong tier
@@ -99,6 +115,8 @@ class RoutedAlias:
         """The plan; `allowed`: the tiers the caller's key may use (None: all; never empty); `org`: the
         caller's, whose own ratings the memory blends in (gateway.routing.learning)."""
         text = request_text(messages if isinstance(messages, list) else [])
+        if self.policy.success is not None:
+            return await self._plan_success(text, latency_budget_ms, risk, streaming, allowed)
         model, learning = self.difficulty, self.learning
         difficulty: float | None = None
         embedding = None
@@ -126,6 +144,42 @@ class RoutedAlias:
         )
         return Planned(plan, difficulty, text, embedding)
 
+    async def _plan_success(
+        self,
+        text: str,
+        latency_budget_ms: float | None,
+        risk: Sequence[str],
+        streaming: bool,
+        allowed: frozenset[int] | None,
+    ) -> Planned:
+        """The N-tier policy: per-tier probabilities (off the loop), the tolerance (live when learnt)."""
+        assert self.policy.success is not None
+        probs: tuple[float, ...] | None = None
+        if self.success is not None:
+            row, _ = await self.success.assess(text)
+            probs = tier_probabilities(row, self.columns)
+        tolerance = self.policy.success.tolerance
+        cal = self.calibration
+        if cal is not None and probs is not None:
+            cut = cal.cut()  # None until enough live gaps: the configured tolerance meanwhile
+            if cut is not None:
+                # The sketch's value can fall a relative 1 % outside [0, 1]; a negative tolerance would
+                # let no tier qualify.
+                tolerance = min(1.0, max(0.0, cut))
+            cal.observe(strong_gap(probs))
+        difficulty = header_difficulty(probs) if probs is not None else None
+        plan = plan_route(
+            self.policy,
+            difficulty,
+            latency_budget_ms=latency_budget_ms,
+            risk_flags=risk,
+            streaming=streaming,
+            allowed_tiers=allowed,
+            success=probs,
+            tolerance=tolerance,
+        )
+        return Planned(plan, difficulty, text, None, probs, tolerance if probs is not None else None)
+
 
 def _equal_share_cuts(model: DifficultyModel, tiers: int) -> tuple[float, ...]:
     """Default calibration: N tiers share the traffic equally (cut points at quantiles k/N)."""
@@ -151,6 +205,7 @@ def build_routed(policy: Policy, log: logging.Logger) -> dict[str, RoutedAlias]:
     prices = {p.name: p.price for p in policy.pools}
     # Artifacts by path, loaded once however many aliases use them.
     models: dict[str | None, DifficultyModel] = {}
+    predictors: dict[str | None, SuccessScorer] = {}
     trained: dict[str | None, TrainedAnswerScorer] = {}
     out: dict[str, RoutedAlias] = {}
     for i, m in enumerate(policy.models):
@@ -160,7 +215,16 @@ def build_routed(policy: Policy, log: logging.Logger) -> dict[str, RoutedAlias]:
         where = f"models[{i}] ('{m.name}').route.policy"
         rp = rp.with_prices(prices)
         scorer = _trained_scorer(rp, where, trained)
-        model, thresholds, fallback = _difficulty(rp, where, m.name, models, log)
+        success: SuccessScorer | None = None
+        columns: tuple[int, ...] = ()
+        if rp.success is not None:
+            problem = rp.price_order_problem()  # again, now that the pools' prices are filled in
+            if problem is not None:
+                raise ConfigError(f"{where}.tiers: {problem} (prices from the tiers or their pools)")
+            model, success, columns, fallback = _success(rp, where, m.name, models, predictors, log)
+            thresholds = None
+        else:
+            model, thresholds, fallback = _difficulty(rp, where, m.name, models, log)
         out[m.name] = RoutedAlias(
             name=m.name,
             policy=rp,
@@ -172,8 +236,51 @@ def build_routed(policy: Policy, log: logging.Logger) -> dict[str, RoutedAlias]:
             logprobs=rp.cascade is not None and any(isinstance(s, LogprobScorer) for s in rp.cascade.scorers),
             calibration=_live_calibration(rp) if model is not None else None,
             guard=_cost_guard(rp),
+            success=success,
+            columns=columns,
         )
     return out
+
+
+def _success(
+    rp: RoutingPolicy,
+    where: str,
+    alias: str,
+    models: dict[str | None, DifficultyModel],
+    predictors: dict[str | None, SuccessScorer],
+    log: logging.Logger,
+) -> tuple[DifficultyModel | None, SuccessScorer | None, tuple[int, ...], str | None]:
+    """(model thread, success predictor, tier columns, why requests start at the fallback tier)."""
+    assert rp.success is not None
+    from router.difficulty import DifficultyModel, SuccessScorer
+
+    path = rp.success.model
+    try:
+        # Any difficulty model already loaded: one inference thread for the core, not one per artifact.
+        model = next(iter(models.values()), None)
+        if model is None:
+            model = models[None] = DifficultyModel.load(None)
+        scorer = predictors.get(path) or SuccessScorer.load(model, path)
+        predictors[path] = scorer
+    except (OSError, RouterArtifactError) as exc:
+        if rp.success.on_unavailable != "fallback":
+            raise ConfigError(
+                f"{where}.success: the success predictor cannot be loaded: {exc} (rebuild the encoder "
+                "with `make router-encoder`, point `success.model` at a valid artifact, or set "
+                "`success.on_unavailable: fallback`)"
+            ) from exc
+        start = rp.fallback_tier or 0
+        fallback = (
+            f"success predictor unavailable ({exc}); every request starts at tier {start} "
+            f"('{rp.tiers[start].pool}')"
+        )
+        log.warning("routed alias '%s': %s", alias, fallback)
+        return None, None, (), fallback
+    try:
+        columns = tier_columns(scorer.predictor, [t.like for t in rp.tiers])
+    except ValueError as exc:
+        raise ConfigError(f"{where}.tiers: {exc}") from exc
+    return model, scorer, columns, None
 
 
 def _cost_guard(rp: RoutingPolicy) -> CostGuard | None:
@@ -185,8 +292,9 @@ def _cost_guard(rp: RoutingPolicy) -> CostGuard | None:
 
 
 def _live_calibration(rp: RoutingPolicy) -> LiveCalibration | None:
-    """The live cut of a two-way `target_strong_share` split (0 and 1 need no learning)."""
-    d = rp.difficulty
+    """The live cut of a two-way `target_strong_share` split (0 and 1 need no learning); with `success`,
+    the live tolerance for its target share at the strongest tier (router/tiers.py)."""
+    d = rp.success or rp.difficulty
     if d is None or d.calibration is None or d.target_strong_share is None:
         return None
     if not 0.0 < d.target_strong_share < 1.0:

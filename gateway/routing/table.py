@@ -55,6 +55,10 @@ class Decided:
     direct: bool  # route only, served by the relay on the first tier (no runner)
     embedding: npt.NDArray[np.float32] | None = None  # with an outcome memory: what outcomes are keyed by
     explore: bool = False  # drawn for exploration (if a cheap tier answers it)
+    # A success policy's per-tier predicted success (cheap -> strong) and the tolerance it used; the
+    # header carries only `difficulty` (1 - the cheapest tier's), the span and request log carry these.
+    success: tuple[float, ...] | None = None
+    tolerance: float | None = None
 
     @property
     def calls(self) -> int:
@@ -237,7 +241,17 @@ class Routes:
         learning = routed.learning
         explore = learning is not None and chat and learning.explores(plan.first_tier)
         return Decided(
-            routed, routes, plan, difficulty, planned.prompt, headers, direct, planned.embedding, explore
+            routed,
+            routes,
+            plan,
+            difficulty,
+            planned.prompt,
+            headers,
+            direct,
+            planned.embedding,
+            explore,
+            planned.success,
+            planned.tolerance,
         )
 
 
