@@ -225,7 +225,7 @@ bench-slo: $(STAMP)
 router-encoder: $(STAMP)
 	HF_HUB_OFFLINE=1 $(BIN)/python -m eval.routing.export_encoder
 
-## bench-router: difficulty decision latency and event-loop lag under concurrent load on one core (a report)
+## bench-router: router decision latency (difficulty head and, with a success predictor, the N-tier success policy, side by side) and event-loop lag under concurrent load on one core (a report)
 bench-router: $(STAMP)
 	$(BIN)/python -m eval.routing.bench_serving $(BENCH_ARGS)
 
