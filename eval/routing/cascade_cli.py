@@ -2,6 +2,11 @@
 
     llmgw cascade eval --config POLICY.yaml --data FILE [FILE ...] [--alias NAME] [--decisions-out FILE]
                        [--out DIR] [--weak MODEL] [--folds K] [--target-cost SHARE] [--select-tiers]
+                       [--rows N] [--shuffle-seed S] [--as-configured [--cost-budget F]
+                       [--prior-data FILE ...] [--no-prior]]
+    llmgw cascade fit-prior --config POLICY.yaml --data FILE [FILE ...] [--alias NAME] [--out FILE]
+    llmgw cascade guard-report --config POLICY.yaml --data FILE [FILE ...] [--alias NAME]
+                       [--cost-budget F] [--rows N [N ...]] [--seeds S [S ...]] [--no-prior]
     llmgw cascade train-scorer --data FILE [FILE ...] --out FILE [--config POLICY.yaml --alias NAME]
     llmgw cascade pool REPORT [REPORT ...]
 
@@ -21,8 +26,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from eval.routing.cascade_eval import CascadeEvalError, CvResult, Summary
+from eval.routing.data import Row
 from eval.status import Status
 from router.config import RoutingPolicy
+from router.cost_guard import CostPrior
 
 
 def register(parser: argparse.ArgumentParser) -> None:
@@ -71,7 +78,42 @@ def register(parser: argparse.ArgumentParser) -> None:
         help="with --as-configured: replay in file order through a CostGuard, cost <= F of strong-only",
     )
     ev.add_argument("--difficulty", help='JSONL of {"id","difficulty"} (llmgw router score output)')
+    ev.add_argument("--rows", type=int, help="only the first N rows (after --shuffle-seed)")
+    ev.add_argument("--shuffle-seed", type=int, help="shuffle the rows with this seed first")
+    ev.add_argument(
+        "--prior-data",
+        nargs="+",
+        help="with --cost-budget: fit the guard's cold-start prior on these files (disjoint from --data) "
+        "instead of using the shipped one (router/scorer_artifacts/cost_priors.json)",
+    )
+    ev.add_argument(
+        "--no-prior", action="store_true", help="with --cost-budget: the guard starts from offset 0"
+    )
     ev.set_defaults(func=run_eval)
+    fp = sub.add_parser(
+        "fit-prior", help="fit a routed alias's cost-guard prior (cost share per threshold offset)"
+    )
+    fp.add_argument("--config", required=True, help="gateway policy YAML with the routed alias")
+    fp.add_argument("--alias", help="the routed alias (default: the only model with route.policy)")
+    fp.add_argument("--data", required=True, nargs="+", help="calibration routing JSONL file(s)")
+    fp.add_argument(
+        "--out",
+        help="priors file to add the alias's prior to (default: router/scorer_artifacts/cost_priors.json)",
+    )
+    fp.set_defaults(func=run_fit_prior)
+    gr = sub.add_parser(
+        "guard-report",
+        help="the cost guard from a cold start: short runs of each file, file order and shuffled, each "
+        "file's prior fitted on the other files",
+    )
+    gr.add_argument("--config", required=True, help="gateway policy YAML with the routed alias")
+    gr.add_argument("--alias", help="the routed alias (default: the only model with route.policy)")
+    gr.add_argument("--data", required=True, nargs="+", help="routing JSONL files (one run set each)")
+    gr.add_argument("--cost-budget", type=float, default=0.4, help="share of strong-only cost (0.4)")
+    gr.add_argument("--rows", type=int, nargs="+", default=[100, 300], help="first N rows (100 300)")
+    gr.add_argument("--seeds", type=int, nargs="*", default=[1, 2, 3], help="shuffle seeds (1 2 3)")
+    gr.add_argument("--no-prior", action="store_true", help="start every guard from offset 0")
+    gr.set_defaults(func=run_guard_report)
     tr = sub.add_parser("train-scorer", help="train the answer scorer on (prompt, response) pairs")
     tr.add_argument("--data", required=True, nargs="+")
     tr.add_argument("--out", required=True, help="artifact path (JSON)")
@@ -116,25 +158,37 @@ def _step_scorer(choice: str, routing: RoutingPolicy) -> bool:
 
 
 def run_eval(args: argparse.Namespace) -> int:
-    from gateway.config import ConfigError, load_policy
-
     if args.cost_budget is not None and (not args.as_configured or not 0.0 < args.cost_budget <= 1.0):
         return _fail("--cost-budget needs --as-configured and a share in (0, 1]")
-    try:
-        gw = load_policy(args.config)
-    except ConfigError as exc:
-        return _fail(str(exc))
-    routed = [m for m in gw.models if m.route.policy is not None and (args.alias in (None, m.name))]
-    if len(routed) != 1:
-        names = [m.name for m in gw.models if m.route.policy is not None]
-        return _fail(f"{args.config}: need exactly one routed alias (--alias); routed aliases: {names}")
-    alias = routed[0]
-    routing = alias.route.policy
-    assert routing is not None
-    pool_models = {p.name: p.model for p in gw.pools}
+    if (args.prior_data or args.no_prior) and args.cost_budget is None:
+        return _fail("--prior-data and --no-prior need --cost-budget")
+    if args.rows is not None and args.rows < 1:
+        return _fail("--rows needs N >= 1")
+    found = _routed_alias(args.config, args.alias)
+    if isinstance(found, int):
+        return found
+    name, routing, pool_models = found
     with Status("llmgw cascade eval") as status:
         status.phase(f"reading {args.data}")
-        return _eval_rows(args, alias.name, routing, pool_models, status)
+        return _eval_rows(args, name, routing, pool_models, status)
+
+
+def _routed_alias(config: str, alias: str | None) -> tuple[str, RoutingPolicy, dict[str, str]] | int:
+    """The config's routed alias (the one named, or the only one) and its pools' models; else the
+    exit code of the failure (already reported)."""
+    from gateway.config import ConfigError, load_policy
+
+    try:
+        gw = load_policy(config)
+    except ConfigError as exc:
+        return _fail(str(exc))
+    routed = [m for m in gw.models if m.route.policy is not None and (alias in (None, m.name))]
+    if len(routed) != 1:
+        names = [m.name for m in gw.models if m.route.policy is not None]
+        return _fail(f"{config}: need exactly one routed alias (--alias); routed aliases: {names}")
+    routing = routed[0].route.policy
+    assert routing is not None
+    return routed[0].name, routing, {p.name: p.model for p in gw.pools}
 
 
 def _eval_rows(
@@ -145,6 +199,7 @@ def _eval_rows(
     status: Status,
 ) -> int:
     from eval.routing.cascade_eval import as_configured, check_replayable, cross_validate, summarize
+    from eval.routing.cost_guard_report import ordered
     from eval.routing.data import RoutingDataError, load_rows, rows_with_models
 
     try:
@@ -161,13 +216,18 @@ def _eval_rows(
         rows, dropped = rows_with_models(rows, [*used.values(), weak])
         if not rows:
             return _fail("no row has outcomes for every tier model")
+        rows = tuple(ordered(rows, args.shuffle_seed)[: args.rows])
         check_replayable(routing, list(used.values()), rows)
         difficulty = _load_difficulty(args.difficulty) if args.difficulty else None
         status.phase(
             f"replaying {len(rows)} rows" + ("" if args.as_configured else f", {args.folds}-fold CV")
         )
         if args.as_configured:
-            result = as_configured(rows, routing, used, difficulty, args.cost_budget)
+            prior = None
+            if args.cost_budget is not None and not args.no_prior:
+                prior, prior_note = _prior(args, routing, used, rows)
+                print(prior_note)
+            result = as_configured(rows, routing, used, difficulty, args.cost_budget, prior)
         else:
             result = cross_validate(
                 rows,
@@ -200,6 +260,42 @@ def _eval_rows(
         write_report(Path(args.out), rows, used, strong, weak, overall, by_task, result)
         print(f"report and plots in {args.out}")
     return 0
+
+
+def _prior(
+    args: argparse.Namespace, routing: RoutingPolicy, pool_models: dict[str, str], rows: Sequence[Row]
+) -> tuple[CostPrior | None, str]:
+    """The guard's cold-start prior (fitted on --prior-data, or the shipped one) and a line saying
+    what it rests on; a prior fitted on the evaluated rows is refused, a shipped one that saw them is
+    flagged (its figures are then not a cold start on unseen traffic)."""
+    from eval.routing.cascade_eval import fit_cost_prior
+    from eval.routing.data import load_rows, rows_with_models
+    from router.cost_guard import CostGuard, shipped_prior
+
+    if args.prior_data:
+        calibration, _ = rows_with_models(
+            load_rows(args.prior_data), [pool_models[t.pool] for t in routing.tiers]
+        )
+        ids = {r.id for r in rows}
+        if any(r.id in ids for r in calibration):
+            raise CascadeEvalError(
+                "--prior-data shares rows with --data: a prior must not see the rows it is judged on"
+            )
+        prior = fit_cost_prior(
+            calibration, routing, pool_models, data=[Path(d).name for d in args.prior_data]
+        )
+        source = "fitted on --prior-data"
+    else:
+        shipped = shipped_prior([t.pool for t in routing.tiers], routing.cascade) if routing.cascade else None
+        if shipped is None:
+            return None, "cost prior: none shipped for this alias (the guard starts at offset 0)"
+        prior, source = shipped, "shipped"
+    seen = sorted(set(prior.data) & {Path(d).name for d in args.data})
+    warn = f"; WARNING: it saw {', '.join(seen)} (not a cold start on unseen rows)" if seen else ""
+    return prior, (
+        f"cost prior: {source}, {prior.rows} rows of {', '.join(prior.data) or '?'}; "
+        f"starting offset {CostGuard(args.cost_budget, prior=prior).initial_offset:.2f}{warn}"
+    )
 
 
 def _price_rank(rows: Sequence[object], model: str) -> float:
@@ -302,3 +398,69 @@ def run_pool(args: argparse.Namespace) -> int:
     print(f"{len(paths)} reports pooled; strong = {strong}, weak reference = {weak}")
     print(_line("pooled", pooled))
     return 0
+
+
+def run_fit_prior(args: argparse.Namespace) -> int:
+    """Fit the alias's prior on --data and add it to the priors file under the cascade's key."""
+    from eval.routing.cascade_eval import check_replayable, fit_cost_prior
+    from eval.routing.data import RoutingDataError, load_rows, rows_with_models
+    from router.cost_guard import SHIPPED_PRIORS, CostGuard, cascade_key, read_priors, write_priors
+
+    found = _routed_alias(args.config, args.alias)
+    if isinstance(found, int):
+        return found
+    name, routing, pool_models = found
+    if routing.cascade is None:
+        return _fail(f"alias {name} has no cascade: a cost guard has nothing to steer")
+    out = (
+        Path(args.out)
+        if args.out
+        else Path(__file__).resolve().parents[2] / "router" / "scorer_artifacts" / SHIPPED_PRIORS
+    )
+    tiers = [t.pool for t in routing.tiers]
+    try:
+        rows, _ = rows_with_models(load_rows(args.data), [pool_models[p] for p in tiers])
+        check_replayable(routing, [pool_models[p] for p in tiers], rows)
+        prior = fit_cost_prior(rows, routing, pool_models, data=[Path(d).name for d in args.data])
+        priors = read_priors(out.read_text(encoding="utf-8"), str(out)) if out.exists() else {}
+    except (RoutingDataError, CascadeEvalError, OSError, ValueError) as exc:
+        return _fail(str(exc))
+    priors[cascade_key(tiers, routing.cascade)] = {"alias": name, "tiers": tiers, "prior": prior.to_dict()}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(write_priors(priors), encoding="utf-8")
+    for budget in (0.2, 0.3, 0.4, 0.5):
+        print(f"budget {budget:.0%}: starting offset {CostGuard(budget, prior=prior).initial_offset:.2f}")
+    print(f"wrote the prior of {name} ({len(rows)} rows) to {out}")
+    return 0
+
+
+def run_guard_report(args: argparse.Namespace) -> int:
+    """Issue 45's cold-start acceptance: the table; exit 1 when a run leaves budget + tolerance."""
+    from eval.routing.cost_guard_report import guard_report, report_table
+    from eval.routing.data import RoutingDataError
+    from router.cost_guard import TOLERANCE
+
+    if not 0.0 < args.cost_budget <= 1.0 or any(n < 1 for n in args.rows):
+        return _fail("--cost-budget is a share in (0, 1] and --rows are N >= 1")
+    found = _routed_alias(args.config, args.alias)
+    if isinstance(found, int):
+        return found
+    name, routing, pool_models = found
+    if routing.cascade is None:
+        return _fail(f"alias {name} has no cascade: a cost guard has nothing to steer")
+    try:
+        with Status("llmgw cascade guard-report") as status:
+            status.phase(
+                f"replaying {len(args.data)} files x {len(args.rows)} sizes x {1 + len(args.seeds)} orders"
+            )
+            runs = guard_report(
+                args.data, routing, pool_models, args.cost_budget, args.rows, args.seeds, not args.no_prior
+            )
+    except (RoutingDataError, CascadeEvalError, OSError, ValueError) as exc:
+        return _fail(str(exc))
+    print(
+        f"alias {name}; each file's cost prior fitted on the other files"
+        + (" (off)" if args.no_prior else "")
+    )
+    print(report_table(runs, args.cost_budget))
+    return 0 if all(r.max_running_share <= args.cost_budget + TOLERANCE + 1e-12 for r in runs) else 1

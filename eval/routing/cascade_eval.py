@@ -27,7 +27,7 @@ from eval.routing.data import Row, kfold_indices
 from eval.routing.scorer_train import FeatureCache, train_scorer, train_step_scorer
 from router.cascade import Accept, Cascade, Escalate, Fail
 from router.config import AgreementScorer, LogprobScorer, RoutingPolicy, Tier, TrainedScorer
-from router.cost_guard import CostGuard
+from router.cost_guard import CostGuard, CostPrior
 from router.plan import Answer, EscalationReason, Plan
 from router.policy import plan_route
 from router.scorers import Scorer, TrainedAnswerScorer
@@ -135,10 +135,17 @@ def replay_row(
     difficulty: float | None = None,
     thresholds: Sequence[float] | None = None,
     guard: CostGuard | None = None,
+    offset: float = 0.0,
 ) -> RowDecision:
-    """Run plan + cascade on one row with the tiers' recorded responses as answers (a `guard` steers)."""
+    """Run plan + cascade on one row with the tiers' recorded responses as answers (a `guard` steers;
+    without one, `offset` lowers every threshold, as a guard's would)."""
     plan: Plan = plan_route(routing, difficulty, thresholds=thresholds)
     state, step = cascade.start(plan)
+    if guard is not None:
+        # Read once per cascade, as the gateway does. The row's recorded costs stand for the request's
+        # worst case (the gateway's is its reservation at each tier's price, never below them).
+        every_call = sum(row.outcomes[models[c.tier]].cost_usd or 0.0 for s in plan.steps for c in s.calls)
+        offset = guard.threshold_offset(every_call, row.outcomes[models[-1]].cost_usd or 0.0)
     while True:
         answers = []
         for call in step.calls:
@@ -148,7 +155,6 @@ def replay_row(
             answers.append(
                 Answer(call=call, text=out.response or "", error=error, cost_usd=out.cost_usd or 0.0)
             )
-        offset = guard.threshold_offset() if guard else 0.0
         decision = cascade.judge(plan, state, row.prompt, answers, threshold_offset=offset)
         if isinstance(decision, Escalate):
             state, step = decision.state, decision.step
@@ -185,9 +191,10 @@ def replay(
     difficulty: Mapping[str, float] | None = None,
     thresholds: Sequence[float] | None = None,
     guard: CostGuard | None = None,
+    offset: float = 0.0,
 ) -> list[RowDecision]:
     d = difficulty or {}  # in file order: a guard adapts online
-    return [replay_row(r, routing, models, cascade, d.get(r.id), thresholds, guard) for r in rows]
+    return [replay_row(r, routing, models, cascade, d.get(r.id), thresholds, guard, offset) for r in rows]
 
 
 def summarize(
@@ -349,29 +356,68 @@ def cross_validate(
     return CvResult(decisions=decisions, fits=fits)
 
 
-def as_configured(
-    rows: Sequence[Row],
-    routing: RoutingPolicy,
-    pool_models: Mapping[str, str],
-    difficulty: Mapping[str, float] | None = None,
-    cost_budget: float | None = None,
-) -> CvResult:
-    """Replay every row as the gateway runs it (YAML thresholds, shipped artifact, no fitting; through a
-    CostGuard when `cost_budget` is set). Not a held-out estimate when the artifact saw these rows."""
+def configured_cascade(routing: RoutingPolicy) -> Cascade:
+    """The alias's cascade as the gateway builds it (YAML thresholds, shipped artifact), memoized."""
     idx = _trained_index(routing)
     trained = None
     if idx is not None and routing.cascade is not None:
         cfg = routing.cascade.scorers[idx]
         assert isinstance(cfg, TrainedScorer)
         trained = TrainedAnswerScorer.load(cfg.artifact)
+    return memoized(Cascade.from_config(routing.cascade, trained))
+
+
+def as_configured(
+    rows: Sequence[Row],
+    routing: RoutingPolicy,
+    pool_models: Mapping[str, str],
+    difficulty: Mapping[str, float] | None = None,
+    cost_budget: float | None = None,
+    prior: CostPrior | None = None,
+    cascade: Cascade | None = None,
+) -> CvResult:
+    """Replay every row as the gateway runs it (YAML thresholds, shipped artifact, no fitting; through a
+    CostGuard starting from `prior` when `cost_budget` is set). Not a held-out estimate when the
+    artifact (or the prior) saw these rows. `cascade`: the configured one, already built (reuse)."""
     models = [pool_models[t.pool] for t in routing.tiers]
-    cascade = memoized(Cascade.from_config(routing.cascade, trained))
-    guard = CostGuard(cost_budget) if cost_budget is not None else None
+    cascade = cascade if cascade is not None else configured_cascade(routing)
+    guard = CostGuard(cost_budget, prior=prior) if cost_budget is not None else None
     cuts = _fold_cuts(routing, difficulty, rows)
     return CvResult(
         decisions=replay(rows, routing, models, cascade, difficulty, cuts, guard),
         fits=[],
     )
+
+
+# Offsets a prior is fitted at: every threshold is in [0, 1], so 1 accepts any scored answer; 0.01
+# resolves the trained scorer's probabilities, which crowd near its thresholds.
+PRIOR_OFFSETS: tuple[float, ...] = tuple(round(0.01 * i, 2) for i in range(101))
+
+
+def fit_cost_prior(
+    rows: Sequence[Row],
+    routing: RoutingPolicy,
+    pool_models: Mapping[str, str],
+    data: Sequence[str] = (),
+    cascade: Cascade | None = None,
+) -> CostPrior:
+    """The cold-start prior of a CostGuard: the configured cascade replayed on calibration `rows` at
+    every offset of PRIOR_OFFSETS, its cost share of strong-only and its escalation rate at each.
+    `data` names the rows' files (recorded in the prior, so it is never judged on them)."""
+    if not rows:
+        raise CascadeEvalError("a cost prior needs calibration rows")
+    models = [pool_models[t.pool] for t in routing.tiers]
+    cascade = cascade if cascade is not None else configured_cascade(routing)
+    strong_cost = sum(r.outcomes[models[-1]].cost_usd or 0.0 for r in rows)
+    if strong_cost <= 0:
+        raise CascadeEvalError("calibration rows have no strong-tier cost: a cost share is undefined")
+    shares: list[float] = []
+    rates: list[float] = []
+    for offset in PRIOR_OFFSETS:
+        dec = replay(rows, routing, models, cascade, offset=offset)
+        shares.append(sum(d.cost_usd for d in dec) / strong_cost)
+        rates.append(sum(d.escalated for d in dec) / len(dec))
+    return CostPrior(PRIOR_OFFSETS, tuple(shares), tuple(rates), rows=len(rows), data=tuple(data))
 
 
 def _with_fold(d: RowDecision, fold: int) -> RowDecision:

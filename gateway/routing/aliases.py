@@ -286,9 +286,10 @@ def _success(
 def _cost_guard(rp: RoutingPolicy) -> CostGuard | None:
     if rp.cascade is None or rp.cascade.cost_budget is None:
         return None
-    from router.cost_guard import CostGuard
+    from router.cost_guard import CostGuard, shipped_prior
 
-    return CostGuard(rp.cascade.cost_budget)
+    # From the first request at the offset the alias's fitted prior gives for the budget (issue 45).
+    return CostGuard(rp.cascade.cost_budget, prior=shipped_prior([t.pool for t in rp.tiers], rp.cascade))
 
 
 def _live_calibration(rp: RoutingPolicy) -> LiveCalibration | None:
