@@ -72,6 +72,8 @@ class SuccessModel:
     manifest: Mapping[str, Any] = field(default_factory=dict)
     encoder: EncoderIdentity | None = None
     max_tokens: int = 32
+    # Other names of trained models (e.g. RouterBench's `mixtral-8x7b-chat`), casefolded -> trained name.
+    aliases: Mapping[str, str] = field(default_factory=dict)
     _index: Mapping[str, int] = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -87,9 +89,14 @@ class SuccessModel:
                 f"success model shapes disagree: mean {self.mean.shape}, basis {self.basis.shape}, "
                 f"loadings {self.loadings.shape}, ability {self.ability.shape}, {len(self.models)} names"
             )
-        if len(set(self.models)) != len(self.models):
-            raise ValueError("success model names must be unique")
-        object.__setattr__(self, "_index", {name: i for i, name in enumerate(self.models)})
+        index = {name.casefold(): i for i, name in enumerate(self.models)}
+        if len(index) != len(self.models):
+            raise ValueError("success model names must be unique up to letter case")
+        for alias, target in self.aliases.items():
+            if target.casefold() not in index:
+                raise ValueError(f"alias {alias!r} names {target!r}, which is not a trained model")
+            index.setdefault(alias.casefold(), index[target.casefold()])
+        object.__setattr__(self, "_index", index)
 
     @classmethod
     def from_arrays(
@@ -103,6 +110,7 @@ class SuccessModel:
         manifest: Mapping[str, Any] | None = None,
         encoder: EncoderIdentity | None = None,
         max_tokens: int = 32,
+        aliases: Mapping[str, str] | None = None,
     ) -> SuccessModel:
         return cls(
             models=tuple(models),
@@ -113,6 +121,7 @@ class SuccessModel:
             manifest=dict(manifest or {}),
             encoder=encoder,
             max_tokens=max_tokens,
+            aliases={str(a): str(b) for a, b in (aliases or {}).items()},
         )
 
     @property
@@ -120,8 +129,12 @@ class SuccessModel:
         return int(self.mean.shape[0])
 
     def index(self, name: str) -> int:
-        """The column of `name` in `predict`'s output; KeyError if the model is unknown."""
-        return self._index[name]
+        """The column of `name` in `predict`'s output: a trained name in any letter case, or one of
+        its declared aliases; KeyError if the model is unknown."""
+        try:
+            return self._index[name.casefold()]
+        except KeyError:
+            raise KeyError(f"{name!r} is not a model of this success predictor") from None
 
     def latent(self, emb: F32) -> F64:
         out: F64 = ((emb - self.mean) @ self.basis).astype(np.float64)
@@ -202,6 +215,7 @@ def load_success_model(path: Path | None = None) -> SuccessModel:
         view = manifest["input"]["view"]
         max_tokens = int(manifest["input"]["max_tokens"])
         models = [str(m) for m in manifest["models"]]
+        aliases = dict(manifest.get("aliases") or {})
         expected_sha = str(manifest["arrays"]["sha256"])
     except (KeyError, TypeError, ValueError) as exc:
         raise _fail(root, f"{MANIFEST} lacks or mistypes a required field ({exc!r})") from exc
@@ -233,8 +247,9 @@ def load_success_model(path: Path | None = None) -> SuccessModel:
             manifest={**manifest, "path": str(root)},
             encoder=encoder,
             max_tokens=max_tokens,
+            aliases=aliases,
         )
-    except ValueError as exc:
+    except (ValueError, TypeError, AttributeError) as exc:
         raise _fail(root, f"{ARRAYS_FILE} does not match the manifest ({exc})") from exc
     if model.dim != encoder.dim:
         raise _fail(root, f"arrays are for {model.dim}-d embeddings, the encoder gives {encoder.dim}")
@@ -263,6 +278,7 @@ def write_success_model(
         "encoder": encoder.to_json(),
         "input": {"view": VIEW, "max_tokens": model.max_tokens},
         "models": list(model.models),
+        "aliases": dict(model.aliases),
         "arrays": {"sha256": sha256_file(root / ARRAYS_FILE), "names": list(ARRAY_NAMES)},
         **extra,
     }

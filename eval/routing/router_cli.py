@@ -480,6 +480,20 @@ def _tiers(args: argparse.Namespace) -> int:
     print(f"share of {names[-1]} quality at {report.budget:.0%} of its cost:")
     for k, v in report.at_budget.items():
         print(f"  {k}: {v:.4f}")
+    from eval.routing.success_eval import median_call_us
+    from router.artifact import load_artifact
+
+    head = load_artifact().head
+    cost = median_call_us(
+        {
+            "success predictor (all models)": model.predict,
+            "difficulty head (shipped default)": head.difficulty,
+        },
+        emb,
+        texts,
+    )
+    for k, v in cost.items():
+        print(f"  per-request scoring after the encoder, {k}: median {v:.1f} us")
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
         out = {
@@ -491,6 +505,7 @@ def _tiers(args: argparse.Namespace) -> int:
             "at_budget": report.at_budget,
             "policy": report.policy,
             "two_tier": report.two_tier,
+            "scoring_us_median": cost,
             "model": str(args.model or "shipped"),
         }
         (args.out / "tiers.json").write_text(json.dumps(out, indent=2) + "\n")

@@ -16,7 +16,8 @@
   predictor's routing score is p_strong - p_weak, the expected quality gain of the strong call.
 
 A pair model the predictor never saw is mapped by `resolve`: the exact name, else the same name in
-another letter case, else a declared `like` (e.g. a pool "like Meta-Llama-3.1-8B-Instruct"), else the
+another letter case, else the name it was trained under (the recipe's declared aliases), else a
+declared `like` (e.g. a pool "like Meta-Llama-3.1-8B-Instruct"), else the
 trained name closest by character similarity (difflib ratio >= 0.6), else the evaluation refuses. On
 these 7 sources every pair model is trained under its own name in some other source, so no mapping
 is used; the rule is printed when it is.
@@ -85,13 +86,21 @@ SOURCES: tuple[Source, ...] = (
 )
 
 
-def resolve(name: str, trained: Sequence[str], like: Mapping[str, str] | None = None) -> tuple[str, str]:
+def resolve(
+    name: str,
+    trained: Sequence[str],
+    like: Mapping[str, str] | None = None,
+    aliases: Sequence[tuple[str, str]] = (),
+) -> tuple[str, str]:
     """(trained model standing for `name`, the rule that chose it); KeyError when nothing fits."""
     if name in trained:
         return name, "exact"
     folded = {m.casefold(): m for m in trained}
     if name.casefold() in folded:
         return folded[name.casefold()], "case-insensitive name"
+    declared = {a.casefold(): b.casefold() for a, b in aliases}
+    if declared.get(name.casefold()) in folded:
+        return folded[declared[name.casefold()]], "trained alias"
     if like and name in like:
         target = like[name]
         if target not in trained:
@@ -108,6 +117,16 @@ def gain_score(model: SuccessModel, emb: F32, texts: Sequence[str], strong: str,
     p = model.predict(emb, texts)
     out: F64 = p[:, model.index(strong)] - p[:, model.index(weak)]
     return out
+
+
+def weak_fail_score(model: SuccessModel, emb: F32, texts: Sequence[str], strong: str, weak: str) -> F64:
+    """1 - p_weak: the chance the cheap answer is wrong, whatever the strong model would do."""
+    out: F64 = 1.0 - model.predict(emb, texts)[:, model.index(weak)]
+    return out
+
+
+# The routing scores `loso` reports for the predictor; the first is the headline column.
+SCORES = {"gain": gain_score, "weak-fail": weak_fail_score}
 
 
 def fit_prior(
@@ -189,7 +208,8 @@ class FoldResult:
     source: str
     rows: int
     prior: float
-    new: tuple[float, ...]
+    new: tuple[float, ...]  # APGR per seed of the headline score (SCORES' first)
+    other: Mapping[str, tuple[float, ...]]  # the other scores' APGR per seed
     mapping: Mapping[str, str]
     dropped: Mapping[str, int]
 
@@ -211,17 +231,20 @@ def evaluate_fold(
     emb = embed_texts(encoder, texts, cfg.max_tokens, cache_dir=cache_dir)
     strong = np.array([r.outcomes[fold.held.strong].score for r in fold.eval_rows])
     weak = np.array([r.outcomes[fold.held.weak].score for r in fold.eval_rows])
-    table, _ = build_table([(s.name, rows) for s, rows in fold.train])
+    table, _ = build_table([(s.name, rows) for s, rows in fold.train], aliases=cfg.aliases)
     table = replace(table, emb=embed_texts(encoder, table.texts, cfg.max_tokens, cache_dir=cache_dir))
     (s_name, s_rule), (w_name, w_rule) = (
-        resolve(fold.held.strong, table.models, like),
-        resolve(fold.held.weak, table.models, like),
+        resolve(fold.held.strong, table.models, like, cfg.aliases),
+        resolve(fold.held.weak, table.models, like, cfg.aliases),
     )
     mapping = {fold.held.strong: f"{s_name} ({s_rule})", fold.held.weak: f"{w_name} ({w_rule})"}
-    new = []
+    by_score: dict[str, list[float]] = {name: [] for name in SCORES}
     for seed in seeds:
         model, _ = fit_table(table, replace(cfg, seed=seed))
-        new.append(apgr(routing_curve(gain_score(model, emb, texts, s_name, w_name), strong, weak)))
+        for name, score in SCORES.items():
+            routed = score(model, emb, texts, s_name, w_name)
+            by_score[name].append(apgr(routing_curve(routed, strong, weak)))
+    headline, *others = SCORES
     prior = math.nan
     if with_prior:
         primary, extra, tcfg = prior_inputs(fold)
@@ -231,7 +254,8 @@ def evaluate_fold(
         source=fold.held.name,
         rows=len(fold.eval_rows),
         prior=prior,
-        new=tuple(new),
+        new=tuple(by_score[headline]),
+        other={name: tuple(by_score[name]) for name in others},
         mapping=mapping,
         dropped=fold.dropped,
     )
@@ -241,20 +265,36 @@ def load_sources(data_dir: Path) -> dict[str, tuple[Row, ...]]:
     return {s.name: load_rows([data_dir / f for f in s.files]) for s in SOURCES}
 
 
+def _spread(values: Sequence[float]) -> float:
+    """Half the range over seeds (3 seeds: the figure moves by at most this either side of the mean)."""
+    return (max(values) - min(values)) / 2 if values else math.nan
+
+
 def loso_table(results: Sequence[FoldResult]) -> str:
+    headline, *others = SCORES
+    extra = "".join(f" new, {name} score | gain |" for name in others)
     lines = [
-        "| held-out source | rows | prior APGR | new APGR (mean ± spread) | gain |",
-        "|---|---|---|---|---|",
+        f"| held-out source | rows | prior APGR | new, {headline} score (mean ± spread) | gain |{extra}",
+        "|---|---|---|---|---|" + "---|---|" * len(others),
     ]
     for r in results:
-        spread = (max(r.new) - min(r.new)) / 2 if r.new else math.nan
+        cells = "".join(
+            f" {np.mean(r.other[n]):.4f} ± {_spread(r.other[n]):.4f} | {np.mean(r.other[n]) - r.prior:+.4f} |"
+            for n in others
+        )
         lines.append(
-            f"| {r.source} | {r.rows} | {r.prior:.4f} | {np.mean(r.new):.4f} ± {spread:.4f} | {r.gain:+.4f} |"
+            f"| {r.source} | {r.rows} | {r.prior:.4f} | {np.mean(r.new):.4f} ± {_spread(r.new):.4f} "
+            f"| {r.gain:+.4f} |{cells}"
         )
     gains = [r.gain for r in results]
+    other_means = "".join(
+        f" {np.mean([np.mean(r.other[n]) for r in results]):.4f} | "
+        f"{np.mean([np.mean(r.other[n]) - r.prior for r in results]):+.4f} |"
+        for n in others
+    )
     lines.append(
         f"| **mean** | | {np.mean([r.prior for r in results]):.4f} | "
-        f"{np.mean([np.mean(r.new) for r in results]):.4f} | **{np.mean(gains):+.4f}** |"
+        f"{np.mean([np.mean(r.new) for r in results]):.4f} | **{np.mean(gains):+.4f}** |{other_means}"
     )
     return "\n".join(lines)
 
@@ -266,7 +306,8 @@ def result_json(r: FoldResult) -> dict[str, Any]:
         "prior_apgr": round(r.prior, 4),
         "new_apgr": [round(x, 4) for x in r.new],
         "new_mean": round(float(np.mean(r.new)), 4),
-        "new_spread": round((max(r.new) - min(r.new)) / 2, 4),
+        "new_spread": round(_spread(r.new), 4),
+        "other_scores": {n: [round(x, 4) for x in v] for n, v in r.other.items()},
         "gain": round(r.gain, 4),
         "mapping": dict(r.mapping),
         "dropped": dict(r.dropped),
@@ -392,3 +433,21 @@ def plot_tiers(report: TierReport, path: str | Path) -> Path:
         title=f"{len(report.models)} tiers: quality vs cost",
         cost_label=f"cost relative to {report.models[-1]} only",
     )
+
+
+def median_call_us(
+    scorers: Mapping[str, Any], emb: F32, texts: Sequence[str], rows: int = 200, rounds: int = 5
+) -> dict[str, float]:
+    """Median wall time (microseconds) of each scorer on one request (a (1, d) row and its text), over
+    `rows` prompts x `rounds`: the per-request cost a serving thread pays after the encoder. The
+    scorers take turns on every row, so machine load weighs on all of them alike."""
+    import time
+
+    times: dict[str, list[float]] = {name: [] for name in scorers}
+    for _ in range(rounds):
+        for i in range(min(rows, emb.shape[0])):
+            for name, score_one in scorers.items():
+                start = time.perf_counter()
+                score_one(emb[i : i + 1], texts[i : i + 1])
+                times[name].append(time.perf_counter() - start)
+    return {name: float(np.median(t) * 1e6) for name, t in times.items()}

@@ -32,7 +32,7 @@ import hashlib
 import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +50,9 @@ F32 = npt.NDArray[np.float32]
 F64 = npt.NDArray[np.float64]
 
 ORI_MMLU_SUFFIX = ":ori_mmlu"
+# RouterBench's `mixtral-8x7b-chat` is Mixtral-8x7B-Instruct-v0.1 served by Together (RouterBench,
+# arXiv:2403.12031, Table 1); RouteLLM MMLU and MMLU-Pro call it `mixtral-8x7b-instruct-v0.1`.
+ALIASES: tuple[tuple[str, str], ...] = (("mixtral-8x7b-chat", "mixtral-8x7b-instruct-v0.1"),)
 NGRAM = 13
 _WORD = re.compile(r"[a-z0-9]+")
 
@@ -63,7 +66,9 @@ class SuccessConfig:
     l2: float = 1e-3
     # Penalty on each model's deviation from the mean loading vector, relative to `l2` (1 = plain L2 on
     # the loadings; larger = models share one prompt-difficulty direction unless their data disagree).
-    shrink: float = 1.0
+    shrink: float = 10.0
+    # Names two files give one model; the second is the name it is trained under (see ALIASES).
+    aliases: tuple[tuple[str, str], ...] = ()
     balance: float = 0.5
     steps: int = 400
     learning_rate: float = 0.03
@@ -117,12 +122,14 @@ class OutcomeTable:
     emb: F32  # (n, d)
 
 
-def canonical_names(rows: Sequence[Row]) -> dict[str, str]:
-    """Each model spelling -> the one name of its case-insensitive group (the most frequent spelling)."""
+def canonical_names(rows: Sequence[Row], aliases: Sequence[tuple[str, str]] = ()) -> dict[str, str]:
+    """Each model spelling -> the one name of its group (the most frequent spelling). A group is the
+    names equal up to letter case, joined with their declared `aliases` (alias, name) pairs."""
     counts = Counter(m for r in rows for m in r.outcomes)
+    alias = {a.casefold(): b.casefold() for a, b in aliases}
     groups: dict[str, list[str]] = {}
     for name in counts:
-        groups.setdefault(name.casefold(), []).append(name)
+        groups.setdefault(alias.get(name.casefold(), name.casefold()), []).append(name)
     out: dict[str, str] = {}
     for names in groups.values():
         best = min(names, key=lambda n: (-counts[n], n))
@@ -131,11 +138,13 @@ def canonical_names(rows: Sequence[Row]) -> dict[str, str]:
 
 
 def build_table(
-    labelled: Sequence[tuple[str, Sequence[Row]]], emb_of: Mapping[str, F32] | None = None
+    labelled: Sequence[tuple[str, Sequence[Row]]],
+    emb_of: Mapping[str, F32] | None = None,
+    aliases: Sequence[tuple[str, str]] = (),
 ) -> tuple[OutcomeTable, list[Row]]:
     """(source, rows) groups -> one table of unique prompts; embeddings filled in by the caller
     (`embed_table`) unless `emb_of` maps every text already. Returns the first row of each prompt too."""
-    names = canonical_names([r for _, rows in labelled for r in rows])
+    names = canonical_names([r for _, rows in labelled for r in rows], aliases)
     models = tuple(sorted(set(names.values())))
     col = {m: j for j, m in enumerate(models)}
     index: dict[str, int] = {}
@@ -318,9 +327,12 @@ def train_success(
 ) -> tuple[Path, dict[str, Any]]:
     enc = encoder or Encoder.load(layers=cfg.layers)
     labelled, dropped = training_rows(files, exclude)
-    table, _ = build_table(labelled)
+    table, _ = build_table(labelled, aliases=cfg.aliases)
     table = embed_table(table, enc, cfg.max_tokens, cache_dir)
     model, fit = fit_table(table, cfg)
+    trained = {m.casefold(): m for m in table.models}
+    aliases = {a: trained[b.casefold()] for a, b in cfg.aliases if b.casefold() in trained}
+    model = replace(model, aliases=aliases)
     observed = ~np.isnan(table.score)
     training = {
         "files": [_file_entry(p) for p in files],
