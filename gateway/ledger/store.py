@@ -4,8 +4,8 @@ Where: `LLMGW_DATABASE_URL` (`postgresql://user:password@host:5432/db?sslmode=re
 `LLMGW_DATABASE_URL_FILE`, a file holding it (a mounted Kubernetes Secret): `database_url(env)`. Messages
 name the server through `redacted(url)`, never with its password.
 
-- `write(rows)`: one transaction, `INSERT ... ON CONFLICT (request_id) DO NOTHING` for each row (asyncpg
-  pipelines them): writing a batch again (a retry after a lost acknowledgement, a row claimed from a
+- `write(rows)`: one `INSERT ... SELECT FROM unnest(...) ON CONFLICT (request_id) DO NOTHING` per batch:
+  writing a batch again (a retry after a lost acknowledgement, a row claimed from a
   replica that had already written it) changes nothing.
 - `migrate()`: `migrations/NNN_name.sql` in order, each once, all in one transaction holding an advisory
   lock (`pg_advisory_xact_lock`): replicas starting together wait for each other, and a failed migration
@@ -26,7 +26,6 @@ import hashlib
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -61,10 +60,18 @@ CREATE TABLE IF NOT EXISTS llmgw_schema_migrations (
 """
 _APPLIED = "SELECT version, name, sha256 FROM llmgw_schema_migrations ORDER BY version"
 _RECORD = "INSERT INTO llmgw_schema_migrations (version, name, sha256) VALUES ($1, $2, $3)"
-INSERT_ROW = """
+# One statement per batch, its columns as arrays: asyncpg binds and PostgreSQL parses them once, where
+# `executemany` sends and answers a Bind/Execute per row (client CPU per row, doc 029: 9-13 -> 7-9 us).
+# Tags travel as a JSON array per row: a text[] column cannot be unnested from a ragged 2-D array.
+INSERT_ROWS = """
 INSERT INTO llmgw_spend (request_id, at, org, app, key_id, tags, end_user, alias, pool, adapter, tier,
                          tokens_in, tokens_out, tokens_cached, cost_micro_usd, status, cache_hit)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)
+SELECT r, to_timestamp(a), o, ap, k, ARRAY(SELECT jsonb_array_elements_text(tg::jsonb)), e, al, p, ad, t,
+       ti, tou, tc, c, s, h
+FROM unnest($1::text[], $2::float8[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
+            $8::text[], $9::text[], $10::text[], $11::text[], $12::bigint[], $13::bigint[], $14::bigint[],
+            $15::bigint[], $16::int[], $17::bool[])
+     AS u(r, a, o, ap, k, tg, e, al, p, ad, t, ti, tou, tc, c, s, h)
 ON CONFLICT (request_id) DO NOTHING
 """
 DELETE_OLDEST = """
@@ -168,26 +175,11 @@ def database_url(env: Mapping[str, str]) -> str | None:
     return value
 
 
-def _params(row: SpendRow) -> tuple[Any, ...]:
-    return (
-        row.request_id,
-        datetime.fromtimestamp(row.at, UTC),
-        row.org,
-        row.app,
-        row.key_id,
-        list(row.tags),
-        row.end_user,
-        row.alias,
-        row.pool,
-        row.adapter,
-        row.tier,
-        row.tokens_in,
-        row.tokens_out,
-        row.tokens_cached,
-        row.cost_micro_usd,
-        row.status,
-        row.cache_hit,
-    )
+def _columns(rows: Sequence[SpendRow]) -> list[Any]:
+    """INSERT_ROWS's 17 parameters: one list per column, the tags of each row as a JSON array."""
+    cols: list[Any] = [list(c) for c in zip(*rows, strict=True)]
+    cols[5] = [orjson.dumps(tags).decode() for tags in cols[5]]
+    return cols
 
 
 def _count(status: str) -> int:
@@ -236,8 +228,9 @@ class SpendStore:
     async def write(self, rows: Sequence[SpendRow]) -> None:
         if not rows:
             return
-        async with self._pool.acquire() as conn, conn.transaction():
-            await conn.executemany(INSERT_ROW, [_params(r) for r in rows])
+        # A request twice in one batch (appended again after a cut pipeline): DO NOTHING skips the second.
+        async with self._pool.acquire() as conn:
+            await conn.execute(INSERT_ROWS, *_columns(rows))
 
     async def migrate(self) -> list[str]:
         """Apply the migrations not yet applied; returns their `NNN_name`s (empty: up to date)."""

@@ -1,7 +1,7 @@
 """The ledger of one replica: rows recorded on the hot path reach PostgreSQL through the spool.
 
     record(row)    on the event loop, per finished request: a length check and a deque append
-    flush task     every `flush_ms`: the buffered rows, encoded, appended to the spool (in chunks); the
+    flush task     every `flush_ms`: the buffered rows appended to the spool (in chunks); the
                    spool unreachable or full: they stay in memory (bounded by `memory_rows`; rows recorded
                    beyond it are dropped and counted) and go with the next flush
     drainer task   read up to `batch_rows` from the spool, write them (idempotent), acknowledge them;
@@ -228,7 +228,7 @@ class Ledger:
             # The oldest rows, left in place until the spool has them (`record` appends on the right).
             rows = list(itertools.islice(buf, APPEND_CHUNK))
             try:
-                accepted = await self._spool.append([r.encode() for r in rows])
+                accepted = await self._spool.append(rows)
             except SpoolUnavailable as e:
                 self._spool_health.failed(e)
                 return False
@@ -293,13 +293,11 @@ class Ledger:
         rows: list[SpendRow] = []
         bad = 0
         for entry in entries:
-            if entry.payload is None:
-                continue
-            try:
-                rows.append(SpendRow.decode(entry.payload))
-            except ValueError as e:
+            if entry.row is not None:
+                rows.append(entry.row)
+            elif entry.error is not None:
                 bad += 1
-                log.error("ledger: spool entry %s is not a spend row, dropped: %s", entry.id, e)
+                log.error("ledger: spool entry %s is not a spend row, dropped: %s", entry.id, entry.error)
         try:
             await store.write(rows)
         except Exception as e:  # asyncpg's errors, OSError, timeouts: all mean "not written, try again"

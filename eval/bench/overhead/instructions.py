@@ -38,6 +38,7 @@ from typing import Any
 from eval.bench.overhead.client import CHAT_PATH, request_body
 from eval.bench.overhead.policy import write_policy
 from eval.bench.procs import ROOT, free_port, spawned, stop
+from tests.support.postgres import PostgresServer
 
 MODES = ("unary", "stream")
 # Python under callgrind runs ~50x slower: start-up (imports, the router's ONNX session) takes a minute.
@@ -64,22 +65,32 @@ def _gateway(policy: Path, port: int) -> list[str]:
 
 @contextlib.contextmanager
 def _served(
-    checkout: Path, wrapper: Sequence[str], policy: Path, log: Path
+    checkout: Path, wrapper: Sequence[str], policy: Path, log: Path, extra_env: dict[str, str] | None = None
 ) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
     port = free_port()
     env = {"PYTHONPATH": str(checkout), "LLMGW_LOG_LEVEL": "warning", "PYTHONHASHSEED": "0"}
+    env.update(extra_env or {})
     url = f"http://127.0.0.1:{port}/healthz"
     args = [*wrapper, *_gateway(policy, port)]
     with spawned(args, None, url, log, env, timeout=START_TIMEOUT_S, cwd=checkout) as proc:
         yield proc, port
 
 
-def instructions(checkout: Path, policy: Path, mode: str, requests: int, warmup: int, work: Path) -> float:
+def instructions(
+    checkout: Path,
+    policy: Path,
+    mode: str,
+    requests: int,
+    warmup: int,
+    work: Path,
+    env: dict[str, str] | None = None,
+) -> float:
     """User-space instructions per request of `checkout`'s gateway (callgrind)."""
     out = work / f"callgrind-{checkout.name}-{mode}.out"
     wrapper = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}"]
     body = request_body(mode == "stream")
-    with _served(checkout, wrapper, policy, work / f"callgrind-{checkout.name}-{mode}.log") as (proc, port):
+    log = work / f"callgrind-{checkout.name}-{mode}.log"
+    with _served(checkout, wrapper, policy, log, env) as (proc, port):
         drive(port, body, warmup)
         _control(proc.pid, "-i", "on")
         drive(port, body, requests)
@@ -102,12 +113,18 @@ def _totals(dump: Path) -> int:
 
 
 def syscalls(
-    checkout: Path, policy: Path, mode: str, requests: int, warmup: int, work: Path
+    checkout: Path,
+    policy: Path,
+    mode: str,
+    requests: int,
+    warmup: int,
+    work: Path,
+    env: dict[str, str] | None = None,
 ) -> dict[str, float]:
     """System calls per request, by name (strace -c, attached after the warm-up)."""
     body = request_body(mode == "stream")
     report = work / f"strace-{checkout.name}-{mode}.txt"
-    with _served(checkout, (), policy, work / f"strace-{checkout.name}-{mode}.log") as (proc, port):
+    with _served(checkout, (), policy, work / f"strace-{checkout.name}-{mode}.log", env) as (proc, port):
         drive(port, body, warmup)
         tracer = subprocess.Popen(
             ["strace", "-c", "-f", "-p", str(proc.pid), "-o", str(report)],
@@ -133,16 +150,29 @@ def measure(opts: argparse.Namespace) -> dict[str, Any]:
     up_port = free_port()
     policy = work / "policy.yaml"
     write_policy(policy, up_port)
+    # `--budgets`: the after side charges dollar budgets and writes the spend ledger (bench-overhead's
+    # --budgets policy); the before side keeps the spine policy, so `--before .` counts what they add.
+    after_policy, after_env = policy, {}
+    if opts.budgets is not None:
+        after_policy = work / "policy-budgets.yaml"
+        write_policy(after_policy, up_port, budgets=opts.budgets)
     upstream = [sys.executable, "-m", "eval.bench.overhead", "--serve-static", str(up_port)]
     result: dict[str, Any] = {"requests": opts.requests, "sides": {k: str(v) for k, v in sides.items()}}
-    with spawned(upstream, None, f"http://127.0.0.1:{up_port}/health", work / "upstream.log"):
+    with contextlib.ExitStack() as stack:
+        if opts.budgets in ("all", "ledger"):
+            pg = stack.enter_context(PostgresServer(work))
+            after_env["LLMGW_DATABASE_URL"] = pg.create_database("bench")
+        stack.enter_context(
+            spawned(upstream, None, f"http://127.0.0.1:{up_port}/health", work / "upstream.log")
+        )
         for mode in MODES:
             for side, checkout in sides.items():
                 print(f"{mode}: {side} ({checkout}) under callgrind", file=sys.stderr, flush=True)
-                ipr = instructions(checkout, policy, mode, opts.requests, opts.warmup, work)
+                pol, env = (after_policy, after_env) if side == "after" else (policy, {})
+                ipr = instructions(checkout, pol, mode, opts.requests, opts.warmup, work, env)
                 result.setdefault("instructions", {}).setdefault(mode, {})[side] = round(ipr)
                 if opts.syscalls:
-                    calls = syscalls(checkout, policy, mode, opts.requests, opts.warmup, work)
+                    calls = syscalls(checkout, pol, mode, opts.requests, opts.warmup, work, env)
                     result.setdefault("syscalls", {}).setdefault(mode, {})[side] = calls
     shutil.rmtree(work, ignore_errors=True)
     return result
@@ -173,6 +203,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--requests", type=int, default=400, help="measured requests per mode and side (default 400)"
     )
     p.add_argument("--warmup", type=int, default=100, help="requests before counting starts (default 100)")
+    p.add_argument(
+        "--budgets",
+        nargs="?",
+        const="all",
+        choices=["all", "dollars", "ledger"],
+        help="the after side charges dollar budgets and writes the spend ledger (a PostgreSQL started "
+        "here), as bench-overhead's --budgets; with `--before .`: what they add per request",
+    )
     p.add_argument("--syscalls", action="store_true", help="also count system calls per request (strace)")
     p.add_argument("--out", type=Path, help="also write the figures as JSON here")
     opts = p.parse_args(argv)

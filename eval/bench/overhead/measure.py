@@ -59,6 +59,9 @@ class Options:
     # The measured gateway charges dollar budgets and/or writes the ledger: "all", "dollars", "ledger";
     # None: neither (the before side never).
     budgets: str | None = None
+    # The before side's budgets: None (no limits), "tokens" (the same org with a day and a month token
+    # budget: what dollars add over the budgets a deployment already has).
+    before_budgets: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

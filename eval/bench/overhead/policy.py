@@ -48,6 +48,13 @@ tenancy:
   orgs: [{name: anonymous, limits: {usd_per_day: 1000000, usd_per_month: 10000000}}]
 """
 LEDGER_YAML = "ledger: {enabled: true}\n"
+# `--before-budgets tokens`: the before side's org has a day and a month token budget instead (two quota
+# rules, as the dollar side), far above what the run spends.
+TOKENS_YAML = """\
+tenancy:
+  auth: disabled
+  orgs: [{name: anonymous, limits: {tokens_per_day: 100000000000, tokens_per_month: 1000000000000}}]
+"""
 PRICE_YAML = "    price: {input_per_mtok: 0.5, output_per_mtok: 1.5}\n"
 
 
@@ -60,6 +67,9 @@ def write_policy(
     # limiter with zero rules.
     extra = GUARDRAILS_YAML if guardrails else ""
     pools = pool_and_model_yaml(upstream_port)
+    if budgets == "tokens":
+        path.write_text(pools + TOKENS_YAML + extra)
+        return
     if budgets is not None:  # "all": dollar budgets and the ledger; "dollars" or "ledger" alone
         pools = pools.replace("models:\n", PRICE_YAML + "models:\n", 1)
         tenancy = DOLLARS_YAML if budgets in ("all", "dollars") else "tenancy: {auth: disabled}\n"

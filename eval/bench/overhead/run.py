@@ -121,7 +121,7 @@ def _start(
         b_log = work / "before.log"
         # With --guardrails the before side runs without them: guardrails on vs off in the same rounds.
         b_policy = work / "policy-before.yaml"
-        write_policy(b_policy, up_port)
+        write_policy(b_policy, up_port, budgets=opts.before_budgets)
         b = stack.enter_context(
             spawned(
                 _serve(b_policy, b_port), opts.gateway_cpu, _healthz(b_port), b_log, b_env, cwd=opts.before
@@ -302,6 +302,7 @@ def run_benchmark(opts: Options, argv: Sequence[str]) -> dict[str, Any]:
             "before": str(opts.before) if opts.before else None,
             "guardrails": opts.guardrails,
             "budgets": opts.budgets,
+            "before_budgets": opts.before_budgets,
         },
         "environment": environment(opts.before),
         "latency": latency,
@@ -383,6 +384,12 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         "(a PostgreSQL the benchmark starts); `dollars` or `ledger` for one of them; with `--before .` "
         "the before side is the same checkout without them: their added latency in one run",
     )
+    p.add_argument(
+        "--before-budgets",
+        choices=["tokens"],
+        help="with --budgets and --before: the before side's tenant has a day and a month token budget "
+        "(as many quota rules as the dollar side): what dollar budgets add over token budgets",
+    )
     p.add_argument("--out", type=Path, default=Path("bench-results/overhead.json"), help="JSON report path")
     p.add_argument("--serve-static", type=int, metavar="PORT", help=argparse.SUPPRESS)
     return p.parse_args(list(argv))
@@ -415,6 +422,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         before=args.before.resolve() if args.before else None,
         guardrails=args.guardrails,
         budgets=args.budgets,
+        before_budgets=args.before_budgets,
     )
     report = run_benchmark(opts, ["python", "-m", "eval.bench.overhead", *args_list])
     print(render(report))

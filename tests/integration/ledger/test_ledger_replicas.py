@@ -17,7 +17,6 @@ from ledger_rows import make_row
 from prometheus_client import CollectorRegistry
 
 from gateway.ledger.config import LedgerConfig
-from gateway.ledger.model import SpendRow
 from gateway.ledger.spool import GROUP, RedisSpool, spool_key
 from gateway.ledger.store import SpendStore
 from gateway.ledger.writer import Ledger
@@ -145,11 +144,11 @@ async def test_a_dead_replicas_pending_rows_are_claimed_by_another(
     rng = random.Random(12)
     rows = [make_row(i, time.time(), rng) for i in range(300)]
     dead = RedisSpool(redis_client, key_prefix=key_prefix, consumer="dead-replica")
-    assert await dead.append([r.encode() for r in rows]) == 300
+    assert await dead.append(rows) == 300
     taken = await dead.read(100)  # pending for the dead replica from now on
     assert len(taken) == 100
     # It had written half of its batch when it died, and acknowledged nothing.
-    await store.write([SpendRow.decode(e.payload) for e in taken[:50] if e.payload is not None])
+    await store.write([e.row for e in taken[:50] if e.row is not None])
 
     live, _ = await replicas.ledger(database_url, claim_idle_ms=1_000, claim_every_s=0.2)
     await live.start()
@@ -242,7 +241,7 @@ async def test_the_spool_stops_short_of_redis_maxmemory(key_prefix: str, tmp_pat
         room = RedisRoom(client, CollectorRegistry(), max_ratio=0.8)
         spool = RedisSpool(client, key_prefix=key_prefix, max_rows=10_000_000, room=lambda: room.room)
         rng = random.Random(15)
-        payload = [make_row(i, time.time(), rng).encode() for i in range(2_000)]
+        payload = [make_row(i, time.time(), rng) for i in range(2_000)]
         appended = 0
         for _ in range(100):
             await room.read()  # the app reads it every second; here before every append
@@ -258,3 +257,35 @@ async def test_the_spool_stops_short_of_redis_maxmemory(key_prefix: str, tmp_pat
     finally:
         await client.aclose()
         server.kill()
+
+
+async def test_an_entry_that_is_not_a_spend_row_is_dropped_and_counted_once(
+    replicas: Replicas, store: SpendStore, database_url: str, redis_client: aioredis.Redis, key_prefix: str
+) -> None:
+    # Something else wrote to the stream (an older version's format, a hand-made XADD): the rows around
+    # it still land, the entry is acknowledged (never read again) and counted as dropped.
+    rng = random.Random(16)
+    rows = [make_row(i, time.time(), rng) for i in range(3)]
+    key = spool_key(key_prefix)
+    await redis_client.xadd(key, {b"r": rows[0].encode()})
+    await redis_client.xadd(key, {b"r": b'[99, "from the future"]'})
+    await redis_client.xadd(key, {b"r": rows[1].encode(), b"extra": b"x"})
+    await redis_client.xadd(key, {b"r": rows[2].encode()})
+    ledger, _ = await replicas.ledger(database_url)
+    await ledger.start()
+    await wait_until_async(lambda: _count_is(database_url, 3), lambda: f"3 rows, {ledger.stats}", timeout=15)
+    await wait_until_async(lambda: _spool_empty(redis_client, key_prefix), "the spool to empty", timeout=10)
+    assert ledger.stats.dropped == 1
+    assert replicas.registries[0].get_sample_value("llmgw_ledger_rows_total", {"outcome": "dropped"}) == 1
+    assert await _rows_in(database_url) == (3, sum(r.cost_micro_usd for r in rows))
+
+
+async def test_a_batch_holding_one_request_twice_is_written_once(
+    store: SpendStore, database_url: str
+) -> None:
+    # A pipeline cut after some XADDs is appended again: one batch can carry a request twice.
+    rng = random.Random(17)
+    rows = [make_row(i, time.time(), rng) for i in range(5)]
+    await store.write([*rows, rows[1], rows[3]])
+    await store.write(rows)  # and a batch written again changes nothing
+    assert await _rows_in(database_url) == (5, sum(r.cost_micro_usd for r in rows))

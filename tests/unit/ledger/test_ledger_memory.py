@@ -24,7 +24,7 @@ class FlakySpool(MemorySpool):
 
     down = False
 
-    async def append(self, rows: Sequence[bytes]) -> int:
+    async def append(self, rows: Sequence[SpendRow]) -> int:
         if self.down:
             raise SpoolUnavailable("down")
         return await super().append(rows)
@@ -33,20 +33,21 @@ class FlakySpool(MemorySpool):
 async def _ids(spool: MemorySpool) -> list[str]:
     entries = await spool.read(10_000)
     await spool.ack([e.id for e in entries])
-    return [SpendRow.decode(e.payload).request_id for e in entries if e.payload is not None]
+    return [e.row.request_id for e in entries if e.row is not None]
 
 
 async def test_memory_spool_gives_unacknowledged_entries_again() -> None:
     spool = MemorySpool(max_rows=3)
-    assert await spool.append([b"a", b"b", b"c", b"d"]) == 3  # the bound
+    a, b, c, d = (row(i) for i in range(4))
+    assert await spool.append([a, b, c, d]) == 3  # the bound
     first = await spool.read(2)
-    assert [e.payload for e in first] == [b"a", b"b"]
-    assert [e.payload for e in await spool.read(2)] == [b"a", b"b"]  # not acknowledged: again
+    assert [e.row for e in first] == [a, b]
+    assert [e.row for e in await spool.read(2)] == [a, b]  # not acknowledged: again
     await spool.ack([first[0].id])
     assert await spool.length() == 2
-    assert [e.payload for e in await spool.read(5)] == [b"b"]
+    assert [e.row for e in await spool.read(5)] == [b]
     await spool.ack([first[1].id])
-    assert [e.payload for e in await spool.read(5)] == [b"c"]
+    assert [e.row for e in await spool.read(5)] == [c]
 
 
 async def test_rows_reach_the_spool_in_order_and_close_flushes_the_rest() -> None:
