@@ -9,7 +9,7 @@ import pytest
 
 from eval.routing.data import Outcome, Row
 from eval.routing.metrics import apgr, routing_curve
-from eval.routing.success_eval import SOURCES, gain_score, make_fold, resolve, tier_policy
+from eval.routing.success_eval import SOURCES, gain_score, make_fold, resolve, tier_policy, tier_report
 from eval.routing.success_train import (
     OutcomeTable,
     SuccessConfig,
@@ -191,3 +191,23 @@ def test_tier_policy_picks_the_cheapest_tier_within_tolerance_of_the_best() -> N
     assert tier_policy(p, prices, 0.1).tolist() == [0, 2, 0]
     assert tier_policy(p, prices, 0.45).tolist() == [0, 1, 0]
     assert tier_policy(p, prices, 1.0).tolist() == [0, 0, 0]
+
+
+def test_tier_report_with_perfect_predictions_reaches_the_oracle() -> None:
+    rng = np.random.default_rng(5)
+    score = (rng.random((400, 3)) < [0.4, 0.6, 0.8]).astype(np.float64)
+    report = tier_report(score, score, ["cheap", "mid", "top"], [1.0, 3.0, 10.0], budget=0.4)
+    # Tolerance 0 on the true outcomes is the oracle: the cheapest tier that gets the row right.
+    assert (report.policy[0][1], report.policy[0][2]) == pytest.approx(report.oracle)
+    assert report.single["top"] == pytest.approx((1.0, score[:, 2].mean()))
+    at = report.at_budget
+    assert at["oracle"] >= at["3-tier policy"] >= at["random (mix of single tiers)"]
+    # Random mixing of single tiers is the hull through (cost, quality) of the single-tier points.
+    mid, top = report.single["mid"], report.single["top"]
+    expected = mid[1] + (0.4 - mid[0]) / (top[0] - mid[0]) * (top[1] - mid[1])
+    assert at["random (mix of single tiers)"] * top[1] == pytest.approx(expected)
+
+
+def test_tier_report_refuses_tiers_not_ordered_by_price() -> None:
+    with pytest.raises(ValueError, match="increasing price"):
+        tier_report(np.zeros((2, 2)), np.zeros((2, 2)), ["a", "b"], [2.0, 1.0])
