@@ -69,6 +69,9 @@ class SuccessConfig:
     shrink: float = 10.0
     # Names two files give one model; the second is the name it is trained under (see ALIASES).
     aliases: tuple[tuple[str, str], ...] = ()
+    # One logit offset per training source, shared by all its models and dropped at serving: "this
+    # benchmark is harder for everyone" (MATH-L5 vs MMLU-Pro) then stays out of the models' abilities.
+    source_offsets: bool = False
     balance: float = 0.5
     steps: int = 400
     learning_rate: float = 0.03
@@ -216,10 +219,12 @@ def fit_success(
     weights: F64,
     models: Sequence[str],
     cfg: SuccessConfig,
+    groups: npt.NDArray[np.int64] | None = None,
 ) -> tuple[SuccessModel, FitReport]:
     """The predictor minimising the weighted logistic loss over observed (weight > 0) pairs.
 
-    `score` may be fractional (RouterBench MBPP): the loss is the cross-entropy against it.
+    `score` may be fractional (RouterBench MBPP): the loss is the cross-entropy against it. `groups`
+    (each row's source index) enables per-source offsets when `cfg.source_offsets` is set.
     """
     rng = np.random.default_rng(cfg.seed)
     n, d = emb.shape
@@ -245,6 +250,9 @@ def fit_success(
         "v": 0.01 * rng.standard_normal((m, k)),
         "a": np.log(observed_mean / (1 - observed_mean)),
     }
+    group = groups if groups is not None and cfg.source_offsets else np.zeros(n, dtype=np.int64)
+    if cfg.source_offsets:
+        params["o"] = np.zeros(int(group.max()) + 1)
     moments = {key: (np.zeros_like(p), np.zeros_like(p)) for key, p in params.items()}
     beta1, beta2, eps = 0.9, 0.999, 1e-8
     loss = float("nan")
@@ -252,6 +260,8 @@ def fit_success(
         z = x @ params["b"]
         loadings = params["v"] + params["c"]
         logits = z @ loadings.T + params["a"]
+        if cfg.source_offsets:
+            logits += params["o"][group][:, None]
         p = 1.0 / (1.0 + np.exp(-np.clip(logits, -30, 30)))
         # softplus(l) - y*l: the cross-entropy of sigmoid(l) against y, stable for large |l|.
         ce = np.logaddexp(0.0, logits) - y * logits
@@ -265,6 +275,11 @@ def fit_success(
             "c": gv.sum(axis=0) + 2 * cfg.l2 * params["c"],
             "b": x.T @ (g @ loadings) + 2 * cfg.l2 * params["b"],
         }
+        if cfg.source_offsets:
+            # Penalised like B: it pins the offsets' shared level, which abilities could trade with.
+            by_group = np.bincount(group, weights=g.sum(axis=1), minlength=len(params["o"]))
+            grads["o"] = by_group + 2 * cfg.l2 * params["o"]
+            loss += cfg.l2 * float((params["o"] ** 2).sum())
         for key, grad in grads.items():
             m1, m2 = moments[key]
             m1 *= beta1
@@ -286,7 +301,10 @@ def fit_success(
 
 
 def fit_table(table: OutcomeTable, cfg: SuccessConfig) -> tuple[SuccessModel, FitReport]:
-    return fit_success(table.emb, table.score, pair_weights(table, cfg.balance), table.models, cfg)
+    names = sorted(set(table.sources))
+    groups = np.array([names.index(s) for s in table.sources], dtype=np.int64)
+    weights = pair_weights(table, cfg.balance)
+    return fit_success(table.emb, table.score, weights, table.models, cfg, groups)
 
 
 def training_rows(

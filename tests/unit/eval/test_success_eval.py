@@ -211,3 +211,28 @@ def test_tier_report_with_perfect_predictions_reaches_the_oracle() -> None:
 def test_tier_report_refuses_tiers_not_ordered_by_price() -> None:
     with pytest.raises(ValueError, match="increasing price"):
         tier_report(np.zeros((2, 2)), np.zeros((2, 2)), ["a", "b"], [2.0, 1.0])
+
+
+def test_source_offsets_keep_a_benchmark_level_out_of_the_abilities() -> None:
+    """Models A and B are equally able, but A is only seen on an easy source and B only on a hard
+    one; model C, seen on both, ties the sources' levels together. With offsets the predictor must
+    call A and B alike; without, it credits A with the easy source's level."""
+    rng = np.random.default_rng(11)
+    n = 2000
+    emb = rng.normal(size=(n, D)).astype(np.float32)
+    emb /= np.linalg.norm(emb, axis=1, keepdims=True)
+    hard = np.arange(n) >= n // 2
+    level = np.where(hard, -2.0, 2.0)
+    y = (rng.random((n, 3)) < 1 / (1 + np.exp(-level[:, None]))).astype(np.float64)
+    score = y.copy()
+    score[hard, 0] = np.nan  # A: easy source only
+    score[~hard, 1] = np.nan  # B: hard source only
+    table = _table(emb, score[:, [0, 1, 2, 2]], ["hard" if h else "easy" for h in hard])
+    table = replace(table, models=("A", "B", "C", "C2"))
+    probe = emb[:200]
+    with_offsets, _ = fit_table(table, replace(CFG, source_offsets=True, steps=400))
+    without, _ = fit_table(table, CFG)
+    p_with = with_offsets.predict(probe, [""] * 200).mean(axis=0)
+    p_without = without.predict(probe, [""] * 200).mean(axis=0)
+    assert abs(p_with[0] - p_with[1]) < 0.1
+    assert p_without[0] - p_without[1] > 0.5
