@@ -93,6 +93,8 @@ run: $(RUN_STAMP) $(ENCODER) $(if $(VLLM),tiny-model)
 ## need one core (lint, unit, helm-check, fuzz), each printed in one piece when it ends; then integration
 ## and conformance alone.
 PYTEST := $(BIN)/python -m pytest -q -p no:cacheprovider
+# Each layer prints its 15 slowest tests: where the next minute of CI time is (issue 38).
+LANE_PYTEST := $(PYTEST) --durations=15 --durations-min=5
 LAYERS_LOG := .run/test-layers.tsv
 LAYER = @$(BIN)/python -m tests.support.layers run $(LAYERS_LOG)
 test: $(STAMP) k8s-tools redis-stack tiny-model agent-clis
@@ -113,19 +115,19 @@ E2E_WAITS := tests/e2e/limits/test_redis_faults.py tests/e2e/limits/test_redis_o
 # `make run` then `make run VLLM=1` (two real vLLM servers, a core each): with conformance, not beside e2e.
 E2E_VLLM := tests/e2e/test_make_run_vllm.py
 test-lane-e2e:
-	$(LAYER) e2e --pytest -- $(PYTEST) tests/e2e --ignore=tests/e2e/security $(E2E_WAITS:%=--ignore=%) \
+	$(LAYER) e2e --pytest -- $(LANE_PYTEST) tests/e2e --ignore=tests/e2e/security $(E2E_WAITS:%=--ignore=%) \
 		--ignore=$(E2E_VLLM)
 test-lane-waits:
-	$(LAYER) e2e-faults --pytest --buffer -- $(PYTEST) $(E2E_WAITS)
-	$(LAYER) security/chart --pytest --buffer -- $(PYTEST) tests/e2e/security tests/chart
+	$(LAYER) e2e-faults --pytest --buffer -- $(LANE_PYTEST) $(E2E_WAITS)
+	$(LAYER) security/chart --pytest --buffer -- $(LANE_PYTEST) tests/e2e/security tests/chart
 test-lane-checks:
 	$(LAYER) lint+types --buffer -- $(MAKE) --no-print-directory check
-	$(LAYER) unit --pytest --buffer -- $(PYTEST) tests/unit
+	$(LAYER) unit --pytest --buffer -- $(LANE_PYTEST) tests/unit
 	$(LAYER) helm-check --buffer -- $(MAKE) --no-print-directory helm-check
 	$(LAYER) fuzz --buffer -- $(MAKE) --no-print-directory fuzz FUZZ_EXAMPLES=$(FUZZ_EXAMPLES)
 test-lane-alone:
-	$(LAYER) integration --pytest -- $(PYTEST) tests/integration
-	$(LAYER) conformance --pytest -- $(PYTEST) tests/conformance $(E2E_VLLM)
+	$(LAYER) integration --pytest -- $(LANE_PYTEST) tests/integration
+	$(LAYER) conformance --pytest -- $(LANE_PYTEST) tests/conformance $(E2E_VLLM)
 
 check: lint typecheck
 

@@ -153,6 +153,8 @@ def measure(opts: argparse.Namespace) -> dict[str, Any]:
     # `--budgets`: the after side charges dollar budgets and writes the spend ledger (bench-overhead's
     # --budgets policy); the before side keeps the spine policy, so `--before .` counts what they add.
     after_policy, after_env = policy, {}
+    if opts.before_budgets is not None:
+        write_policy(policy, up_port, budgets=opts.before_budgets)
     if opts.budgets is not None:
         after_policy = work / "policy-budgets.yaml"
         write_policy(after_policy, up_port, budgets=opts.budgets)
@@ -210,6 +212,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         choices=["all", "dollars", "ledger"],
         help="the after side charges dollar budgets and writes the spend ledger (a PostgreSQL started "
         "here), as bench-overhead's --budgets; with `--before .`: what they add per request",
+    )
+    p.add_argument(
+        "--before-budgets",
+        choices=["tokens"],
+        help="the before side's tenant has a day and a month token budget (as bench-overhead's option)",
     )
     p.add_argument("--syscalls", action="store_true", help="also count system calls per request (strace)")
     p.add_argument("--out", type=Path, help="also write the figures as JSON here")
