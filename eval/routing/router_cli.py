@@ -5,10 +5,15 @@
     llmgw router score [--model DIR] --in FILE --out FILE
     llmgw router replay --data FILE --out DIR [--prior DIR] [--seed N | --seeds N...] [--explore-rate R]
                         [--judge recorded|agreement] [--memory FILE...] [--warmup N] [--rows N]
+    llmgw router train-success --data FILE... --out DIR [--exclude FILE...] [--seed N]
+    llmgw router loso --data-dir DIR [--seeds N...] [--sources NAME...] [--like MODEL TRAINED]... [--out DIR]
+    llmgw router tiers --data FILE --tier MODEL USD_PER_CALL... [--model DIR] [--budget X] [--out DIR]
 
 `score` reads only `id` and `prompt` from each line (a production request has no task label or
 outcome) and writes `{"id", "difficulty"}` per line, in input order; without `--model` it uses the
-artifact the gateway serves by default. Exit codes: 0 ok, 2 bad input or artifact.
+artifact the gateway serves by default. `train-success`, `loso` and `tiers` build and judge the
+multi-model success predictor (router/success.py; eval/routing/success_*.py, docs/design/031).
+Exit codes: 0 ok, 2 bad input or artifact.
 """
 
 from __future__ import annotations
