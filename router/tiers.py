@@ -19,6 +19,12 @@ difficulties. With two tiers this is the same split as the difficulty policy's t
 with more, the middle tiers share the rest by the same tolerance. The header keeps one number,
 `header_difficulty` = 1 - p[0], the predicted chance that the cheapest tier fails (higher = harder,
 like the difficulty it replaces).
+
+In a cascade the same probabilities weigh each escalation (`escalation_worth`): when the scorers reject
+a step's answers, the next steps are called only if one of their tiers is predicted to answer better
+than the tiers just called. An escalation to tiers predicted no better costs their price for no
+expected gain (models are not monotone in price: on some prompts the predictor rates a cheaper model
+higher), so the best answer in hand is kept instead. Errors and empty answers still escalate.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ __all__ = [
     "SuccessPredictor",
     "header_difficulty",
     "strong_gap",
+    "escalation_worth",
     "success_start",
     "tier_columns",
     "tier_probabilities",
@@ -95,6 +102,19 @@ def success_start(probabilities: Sequence[float] | None, tolerance: float) -> in
         if p >= floor:
             return tier
     return None  # unreachable: the best tier always qualifies
+
+
+def escalation_worth(
+    probabilities: Sequence[float] | None, here: Sequence[int], later: Sequence[int]
+) -> bool:
+    """Whether calling the tiers `later` after the tiers `here` can buy quality: some later tier's
+    predicted success is above every tier's just called. True without usable probabilities (the
+    scorers alone decide, as without a success policy)."""
+    if not probabilities or not here or not later:
+        return True
+    if any(not math.isfinite(p) for p in probabilities) or max(*here, *later) >= len(probabilities):
+        return True
+    return max(probabilities[t] for t in later) > max(probabilities[t] for t in here)
 
 
 def strong_gap(probabilities: Sequence[float]) -> float:

@@ -15,6 +15,7 @@ prompt was processed).
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +35,7 @@ from gateway.upstream.calls import CallSpec, PoolCalls
 from pools.fair import Flow
 from router.cascade import Accept, Escalate
 from router.plan import Answer, Call
+from router.tiers import escalation_worth
 
 if TYPE_CHECKING:
     from gateway.record import RequestRecord
@@ -130,6 +132,17 @@ class CascadeRunner:
         x.status = 200
         return route
 
+    @staticmethod
+    def _worth(d: Decided, step: int) -> bool:
+        """Whether the plan's later steps are predicted to buy quality over step `step`'s tiers (the
+        success policy's probabilities, router/tiers.py; without them the scorers alone decide)."""
+        if d.success is None:
+            return True
+        steps = d.plan.steps
+        here = [c.tier for c in steps[step].calls]
+        later = [c.tier for s in steps[step + 1 :] for c in s.calls]
+        return escalation_worth(d.success, here, later)
+
     async def _decide(
         self, d: Decided, body: dict[str, Any], req: RequestRecord, share: tuple[int, int]
     ) -> tuple[Accept, dict[Call, dict[str, Any]], dict[str, int]]:
@@ -158,8 +171,16 @@ class CascadeRunner:
                 for answer, parsed, _ in results:
                     if parsed is not None:
                         bodies[answer.call] = parsed
+                answers = [a for a, _, _ in results]
                 with self._trace.span("cascade.judge"):
-                    decision = cascade.judge(d.plan, state, d.prompt, [a for a, _, _ in results], offset)
+                    decision = cascade.judge(d.plan, state, d.prompt, answers, offset)
+                    if isinstance(decision, Escalate) and not self._worth(d, state.step):
+                        # No later tier is predicted to answer better: keep the best answer in hand
+                        # (an error or an empty answer still escalates: judged again at no threshold).
+                        decision = cascade.judge(d.plan, state, d.prompt, answers, math.inf)
+                        if not isinstance(decision, Escalate) and req.obs is not None:
+                            if req.obs.notes is not None:
+                                req.obs.notes["escalation_skipped"] = "no_better_tier"
                 if not isinstance(decision, Escalate):
                     break
                 self._metrics.router_escalations.labels(name, decision.reason.value).inc()

@@ -18,6 +18,7 @@ from router.cascade import Cascade
 from router.config import RoutingPolicy
 from router.policy import plan_route
 from router.tiers import (
+    escalation_worth,
     header_difficulty,
     strong_gap,
     success_start,
@@ -268,3 +269,39 @@ def test_the_live_tolerance_follows_a_target_share_at_the_strongest_tier() -> No
 def test_without_a_target_share_the_tolerance_is_fixed() -> None:
     policy = _policy(success={"tolerance": 0.05, "target_strong_share": None})
     assert _live_calibration(policy) is None
+
+
+@pytest.mark.parametrize(
+    ("probs", "here", "later", "worth"),
+    [
+        ((0.5, 0.7, 0.9), [0], [1, 2], True),  # a later tier is predicted better
+        ((0.5, 0.45, 0.5), [0], [1, 2], False),  # none is: the escalation buys nothing
+        ((0.8, 0.6, 0.7), [0], [2], False),  # a stronger, dearer tier predicted worse on this prompt
+        ((0.5, 0.6, 0.9), [0, 1], [2], True),  # a step of two tiers: its best one is the bar
+        ((0.5, 0.9, 0.9), [0, 1], [2], False),
+        (None, [0], [1], True),  # no probabilities: the scorers alone decide
+        ((0.5, math.nan), [0], [1], True),
+        ((0.5, 0.6), [0], [2], True),  # a tier the probabilities do not cover: no opinion
+    ],
+)
+def test_an_escalation_is_worth_it_only_towards_a_tier_predicted_better(
+    probs: tuple[float, ...] | None, here: list[int], later: list[int], worth: bool
+) -> None:
+    assert escalation_worth(probs, here, later) is worth
+
+
+def test_the_cascade_runner_weighs_the_steps_after_the_current_one() -> None:
+    from gateway.routing.cascade_runner import CascadeRunner
+    from gateway.routing.table import Decided
+    from router.plan import Call, Plan, Step
+
+    plan = Plan(
+        steps=(Step((Call(0),)), Step((Call(1),)), Step((Call(2),))), cascade=True, start_tier=0, notes=()
+    )
+
+    def decided(success: tuple[float, ...] | None) -> Decided:
+        return Decided(None, (), plan, None, "p", [], False, success=success)  # type: ignore[arg-type]
+
+    assert CascadeRunner._worth(decided((0.5, 0.4, 0.6)), 0)  # tier 2 beats tier 0
+    assert not CascadeRunner._worth(decided((0.5, 0.6, 0.4)), 1)  # only tier 2 is left, predicted worse
+    assert CascadeRunner._worth(decided(None), 1)
