@@ -49,7 +49,8 @@ tenancy:
 """
 LEDGER_YAML = "ledger: {enabled: true}\n"
 # `--before-budgets tokens`: the before side's org has a day and a month token budget instead (two quota
-# rules, as the dollar side), far above what the run spends.
+# rules, as the dollar side), far above what the run spends, and its pool the same price (a priced pool
+# has its cost metrics with or without budgets): what dollar budgets add to a deployment that has them.
 TOKENS_YAML = """\
 tenancy:
   auth: disabled
@@ -68,6 +69,7 @@ def write_policy(
     extra = GUARDRAILS_YAML if guardrails else ""
     pools = pool_and_model_yaml(upstream_port)
     if budgets == "tokens":
+        pools = pools.replace("models:\n", PRICE_YAML + "models:\n", 1)
         path.write_text(pools + TOKENS_YAML + extra)
         return
     if budgets is not None:  # "all": dollar budgets and the ledger; "dollars" or "ledger" alone
