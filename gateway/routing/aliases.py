@@ -103,17 +103,6 @@ class RoutedAlias:
         except ValueError:  # a cost the guard refuses (NaN, negative): the answer stands, unrecorded
             pass
 
-    def worst_costs(self, plan: Plan, tokens: tuple[int, int]) -> tuple[float, float] | None:
-        """What the plan costs if it escalates to its last step (every call of every step at `tokens`,
-        one call's prompt and output reservation) and what the strong tier alone costs on them: the
-        worst cases that make the cost guard's ledger a bound (router/cost_guard.py); None without prices."""
-        prices = [t.price for t in self.policy.tiers]
-        known = [p for p in prices if p is not None]
-        if len(known) < len(prices):
-            return None
-        escalation = sum(known[c.tier].cost(*tokens) for s in plan.steps for c in s.calls)
-        return escalation, known[-1].cost(*tokens)
-
     async def plan(
         self,
         messages: Any,

@@ -154,12 +154,7 @@ class CascadeRunner:
         bodies: dict[Call, dict[str, Any]] = {}
         made: list[Answer] = []  # every call that returned, in order
         state, step = cascade.start(d.plan)
-        offset = 0.0
-        if (guard := d.alias.guard) is not None:
-            # The reservation's tokens at each tier's price: the ledger then holds as a bound, not an
-            # estimate from recent requests (docs/design/032).
-            worst = d.alias.worst_costs(d.plan, share)
-            offset = guard.threshold_offset(*worst) if worst is not None else guard.threshold_offset()
+        offset = d.alias.guard.threshold_offset() if d.alias.guard is not None else 0.0
         in_flight = 0
         try:
             while True:

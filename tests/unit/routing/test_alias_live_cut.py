@@ -110,19 +110,3 @@ def test_without_prices_the_cost_guard_is_not_fed() -> None:
     answer = Answer(Call(0), "a", input_tokens=10, output_tokens=10)
     alias.settle_cost([answer], answer, escalated=False)
     assert alias.guard.realized_cost_share() is None and alias.guard.window_n() == 0
-
-
-def test_the_guard_weighs_the_plans_worst_case_at_each_tiers_price() -> None:
-    from router.plan import Call, Plan, Step
-
-    alias = _guarded({"input_per_mtok": 1.0, "output_per_mtok": 3.0})
-    plan = Plan(steps=(Step((Call(0),)), Step((Call(1),))), cascade=True, start_tier=0, notes=())
-    worst = alias.worst_costs(plan, (1_000, 500))
-    assert worst is not None
-    escalation, strong = worst
-    assert abs(strong - (1_000 * 1.0 + 500 * 3.0) / 1e6) < 1e-12
-    assert abs(escalation - (strong + 1_500 * 0.1 / 1e6)) < 1e-12
-    assert _guarded(None).worst_costs(plan, (1_000, 500)) is None
-    # From a cold start the ledger has no credit: a first request's escalation is never affordable.
-    assert alias.guard is not None
-    assert alias.guard.threshold_offset(*worst) == float("inf")
