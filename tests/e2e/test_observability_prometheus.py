@@ -2,10 +2,10 @@
 
 The openai SDK drives a scripted run: streams to an alias whose pool has one normal and one slowed
 replica (round robin, so exactly half of the streams miss the 300 ms TTFT objective), cascades that
-always escalate (two priced calls each), a pool that is down (5xx), a pool with no replica (held,
-then refused), a speculative pool (ngram drafts), a LoRA pool loading an adapter on demand, a key
-over its request budget (429), feedback, including a rating from another org (404), and the drift
-canary between two pools. Then every panel
+escalate (two priced calls each, all but the first: the cost guard), a pool that is down (5xx), a
+pool with no replica (held, then refused), a speculative pool (ngram drafts), a LoRA pool loading an
+adapter on demand, a key over its request budget (429), feedback, including a rating from another org
+(404), and the drift canary between two pools. Then every panel
 query of the chart's dashboards and every alert expression must return at least one series. Alert
 thresholds are turned into `bool` comparisons (so healthy series count) and `offset 1h` into
 `offset 10s` (the run lasts seconds, not hours); metric names and labels are queried unchanged.
@@ -40,7 +40,11 @@ from tests.support.stack import Stack
 STREAMS = 20  # half on the slowed replica
 HELD = 6  # requests at once on the pool that runs one at a time
 CASCADES = 4
-PRICE = (2.0, 6.0)  # USD per million input / output tokens, every priced pool
+PRICE = (2.0, 6.0)  # USD per million input / output tokens, every priced pool but `cheap`
+# The cascade's cheap tier costs a quarter of that: the cost guard (cost_budget 1.0: never more than
+# strong-only) can afford an escalation only out of what cheap answers saved (router/cost_guard.py's
+# ledger), so with equal prices it would never escalate.
+CHEAP_DIVISOR = 4
 RATE = "1m"
 SPEC_CONFIG = '{"method":"ngram","num_speculative_tokens":3,"prompt_lookup_max":3,"prompt_lookup_min":1}'
 SPEC_REQUESTS = 4
@@ -60,6 +64,9 @@ class ObsStack:
 
 def _policy(sims: dict[str, str], keys: dict[str, str], dead: str, adapter: Path) -> str:
     price = f"{{input_per_mtok: {PRICE[0]}, output_per_mtok: {PRICE[1]}}}"
+    cheap_price = (
+        f"{{input_per_mtok: {PRICE[0] / CHEAP_DIVISOR}, output_per_mtok: {PRICE[1] / CHEAP_DIVISOR}}}"
+    )
     timeouts = "{connect_s: 1, first_token_s: 10, total_s: 30}"
     return f"""\
 pools:
@@ -69,7 +76,8 @@ pools:
     balancing: {{strategy: round_robin}}
     price: {price}
     timeouts: {timeouts}
-  - {{name: cheap, model: m, endpoints: {{static: ["{sims["fast"]}"]}}, price: {price}, timeouts: {timeouts}}}
+  - {{name: cheap, model: m, endpoints: {{static: ["{sims["fast"]}"]}}, price: {cheap_price},
+     timeouts: {timeouts}}}
   - {{name: strong, model: m, endpoints: {{static: ["{sims["strong"]}"]}}, price: {price},
      timeouts: {timeouts}}}
   - {{name: down, model: m, endpoints: {{static: ["{dead}"]}}, timeouts: {timeouts}}}
@@ -112,7 +120,8 @@ models:
       policy:
         tiers: [{{pool: cheap}}, {{pool: strong}}]
         cascade:
-          # exp(mean logprob) never reaches 1: the cheap answer is always escalated.
+          # exp(mean logprob) never reaches 1: every cheap answer is rejected; the cost guard
+          # escalates all but the first (a cold start has saved nothing yet).
           scorers: [{{kind: logprob, accept_threshold: 1.0}}]
           max_escalations: 1
           cost_budget: 1.0  # exports the cost guard's gauges (the alert on escalation rate)
@@ -267,10 +276,12 @@ def test_goodput_drops_by_the_share_sent_to_the_slowed_replica(obs: ObsStack) ->
 def test_cost_is_usage_at_the_pool_prices(obs: ObsStack) -> None:
     spent = obs.prom.value('sum(llmgw_cost_usd_total{org="acme",pool="mixed"})')
     assert spent == pytest.approx(obs.spent, rel=1e-9)
-    # Cascades: every call, each on its pool; the client's usage is the sum of the calls.
+    # Cascades: every call, each on its pool; the client's usage is the sum of the calls (the cheap
+    # pool's price is PRICE / CHEAP_DIVISOR, so its cost at PRICE is that many times its own).
     cheap = obs.prom.value('sum(llmgw_cost_usd_total{org="acme",pool="cheap"})')
     strong = obs.prom.value('sum(llmgw_cost_usd_total{org="acme",pool="strong"})')
-    assert cheap and strong and cheap + strong == pytest.approx(obs.cascade_spent, rel=1e-9)
+    assert cheap and strong
+    assert cheap * CHEAP_DIVISOR + strong == pytest.approx(obs.cascade_spent, rel=1e-9)
     accepted = obs.prom.value('sum(llmgw_accepted_outputs_total{org="acme"})')
     assert accepted == STREAMS + CASCADES
     # The unpriced pools cost nothing that is counted, and failures are not accepted outputs.
