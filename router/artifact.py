@@ -69,25 +69,28 @@ def _fail(path: Path, what: str) -> RouterArtifactError:
     return RouterArtifactError(f"router artifact {path}: {what}")
 
 
-def _read_manifest(root: Path) -> dict[str, Any]:
+def read_manifest(root: Path, fmt: str, version: int, kind: str = "router artifact") -> dict[str, Any]:
+    """The JSON object in `root`/manifest.json, of format `fmt` at `version`; any fault is a
+    RouterArtifactError starting with `kind` and the path (the success predictor's artifact too)."""
+
+    def fail(what: str) -> RouterArtifactError:
+        return RouterArtifactError(f"{kind} {root}: {what}")
+
     if not root.is_dir():
-        raise _fail(root, "directory does not exist")
-    path = root / MANIFEST
+        raise fail("directory does not exist")
     try:
-        raw = json.loads(path.read_text())
+        raw = json.loads((root / MANIFEST).read_text())
     except FileNotFoundError:
-        raise _fail(root, f"{MANIFEST} is missing") from None
+        raise fail(f"{MANIFEST} is missing") from None
     except (OSError, ValueError) as exc:
-        raise _fail(root, f"{MANIFEST} is not valid JSON ({exc})") from exc
+        raise fail(f"{MANIFEST} is not valid JSON ({exc})") from exc
     if not isinstance(raw, dict):
-        raise _fail(root, f"{MANIFEST} must be a JSON object")
-    if raw.get("format") != FORMAT:
-        raise _fail(root, f"{MANIFEST}: format is {raw.get('format')!r}, expected {FORMAT!r}")
-    if raw.get("format_version") != FORMAT_VERSION:
-        raise _fail(
-            root,
-            f"{MANIFEST}: format_version {raw.get('format_version')!r} is not supported "
-            f"(need {FORMAT_VERSION})",
+        raise fail(f"{MANIFEST} must be a JSON object")
+    if raw.get("format") != fmt:
+        raise fail(f"{MANIFEST}: format is {raw.get('format')!r}, expected {fmt!r}")
+    if raw.get("format_version") != version:
+        raise fail(
+            f"{MANIFEST}: format_version {raw.get('format_version')!r} is not supported (need {version})"
         )
     return raw
 
@@ -109,7 +112,7 @@ def _thresholds(root: Path, raw: Any) -> dict[float, float]:
 
 def load_artifact(path: str | Path | None = None) -> Artifact:
     root = Path(path) if path is not None else default_artifact_dir()
-    manifest = _read_manifest(root)
+    manifest = read_manifest(root, FORMAT, FORMAT_VERSION)
     try:
         encoder = EncoderIdentity.from_json(
             manifest["encoder"], f"router artifact {root}: {MANIFEST}: encoder"

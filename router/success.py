@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from router.artifact import VIEW, sha256_file
+from router.artifact import MANIFEST, VIEW, read_manifest, sha256_file
 from router.artifact_error import RouterArtifactError
 from router.encoder import EncoderIdentity, probe_cosine
 
@@ -44,7 +44,6 @@ F64 = npt.NDArray[np.float64]
 
 FORMAT = "llmgw-router-success"
 FORMAT_VERSION = 1
-MANIFEST = "manifest.json"
 ARRAYS_FILE = "success.npz"
 # Same bar as the difficulty artifact's encoder probe (router.encoder.PROBE_MIN_COSINE is checked on
 # the live encoder against its own manifest; here the live probe is compared to the trained one).
@@ -184,32 +183,10 @@ def _fail(path: Path, what: str) -> RouterArtifactError:
     return RouterArtifactError(f"success predictor {path}: {what}")
 
 
-def _read_manifest(root: Path) -> dict[str, Any]:
-    if not root.is_dir():
-        raise _fail(root, "directory does not exist")
-    try:
-        raw = json.loads((root / MANIFEST).read_text())
-    except FileNotFoundError:
-        raise _fail(root, f"{MANIFEST} is missing") from None
-    except (OSError, ValueError) as exc:
-        raise _fail(root, f"{MANIFEST} is not valid JSON ({exc})") from exc
-    if not isinstance(raw, dict):
-        raise _fail(root, f"{MANIFEST} must be a JSON object")
-    if raw.get("format") != FORMAT:
-        raise _fail(root, f"{MANIFEST}: format is {raw.get('format')!r}, expected {FORMAT!r}")
-    if raw.get("format_version") != FORMAT_VERSION:
-        raise _fail(
-            root,
-            f"{MANIFEST}: format_version {raw.get('format_version')!r} is not supported "
-            f"(need {FORMAT_VERSION})",
-        )
-    return raw
-
-
 def load_success_model(path: Path | None = None) -> SuccessModel:
     """The predictor at `path` (None = the shipped router/artifacts/success), fully validated."""
     root = Path(path) if path is not None else default_success_dir()
-    manifest = _read_manifest(root)
+    manifest = read_manifest(root, FORMAT, FORMAT_VERSION, "success predictor")
     try:
         encoder = EncoderIdentity.from_json(manifest["encoder"], f"success predictor {root}: encoder")
         view = manifest["input"]["view"]
