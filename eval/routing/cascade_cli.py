@@ -400,18 +400,24 @@ def run_pool(args: argparse.Namespace) -> int:
     return 0
 
 
+def _guarded_alias(config: str, alias: str | None) -> tuple[str, RoutingPolicy, dict[str, str]] | int:
+    """`_routed_alias`, refused when it has no cascade (a cost guard would have nothing to steer)."""
+    found = _routed_alias(config, alias)
+    if not isinstance(found, int) and found[1].cascade is None:
+        return _fail(f"alias {found[0]} has no cascade: a cost guard has nothing to steer")
+    return found
+
+
 def run_fit_prior(args: argparse.Namespace) -> int:
     """Fit the alias's prior on --data and add it to the priors file under the cascade's key."""
     from eval.routing.cascade_eval import check_replayable, fit_cost_prior
     from eval.routing.data import RoutingDataError, load_rows, rows_with_models
     from router.cost_guard import SHIPPED_PRIORS, CostGuard, cascade_key, read_priors, write_priors
 
-    found = _routed_alias(args.config, args.alias)
+    found = _guarded_alias(args.config, args.alias)
     if isinstance(found, int):
         return found
     name, routing, pool_models = found
-    if routing.cascade is None:
-        return _fail(f"alias {name} has no cascade: a cost guard has nothing to steer")
     out = (
         Path(args.out)
         if args.out
@@ -425,6 +431,7 @@ def run_fit_prior(args: argparse.Namespace) -> int:
         priors = read_priors(out.read_text(encoding="utf-8"), str(out)) if out.exists() else {}
     except (RoutingDataError, CascadeEvalError, OSError, ValueError) as exc:
         return _fail(str(exc))
+    assert routing.cascade is not None  # _guarded_alias refused an alias without one
     priors[cascade_key(tiers, routing.cascade)] = {"alias": name, "tiers": tiers, "prior": prior.to_dict()}
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(write_priors(priors), encoding="utf-8")
@@ -442,12 +449,10 @@ def run_guard_report(args: argparse.Namespace) -> int:
 
     if not 0.0 < args.cost_budget <= 1.0 or any(n < 1 for n in args.rows):
         return _fail("--cost-budget is a share in (0, 1] and --rows are N >= 1")
-    found = _routed_alias(args.config, args.alias)
+    found = _guarded_alias(args.config, args.alias)
     if isinstance(found, int):
         return found
     name, routing, pool_models = found
-    if routing.cascade is None:
-        return _fail(f"alias {name} has no cascade: a cost guard has nothing to steer")
     try:
         with Status("llmgw cascade guard-report") as status:
             status.phase(
